@@ -1,0 +1,27 @@
+# The README's two commands: `make run` (the whole service on this machine) and `make test` (the whole suite).
+# Both create .venv and install wa-outbox into it; without DATABASE_URL both use an embedded Postgres in .wa-outbox/.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install bench-webhooks clean
+
+$(BIN)/.installed: setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/wa-outbox dev
+
+test: install
+	$(BIN)/python -m pytest
+
+bench-webhooks: install
+	$(BIN)/python bench/webhooks.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

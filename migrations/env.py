@@ -1,0 +1,32 @@
+"""Alembic environment: the database comes from DATABASE_URL (or the URL `wa-outbox db upgrade` passes in)."""
+
+import sqlalchemy as sa
+from alembic import context
+
+from wa_outbox.config import Settings
+from wa_outbox.db import SCHEMA, sqlalchemy_url
+
+config = context.config
+
+
+def run_migrations_online() -> None:
+    url = config.attributes.get("database_url") or Settings.from_env().require("database_url").database_url
+    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool)
+    with engine.connect() as connection:
+        # Serialise concurrent `release` runs (two deploys at once) on a transaction-level advisory lock.
+        connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('wa_outbox.migrations'))")
+        connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        context.configure(
+            connection=connection,
+            version_table="alembic_version",
+            version_table_schema=SCHEMA,  # beside our tables, apart from the app's own alembic_version
+            transactional_ddl=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are not supported; run `wa-outbox db upgrade`")
+run_migrations_online()

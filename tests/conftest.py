@@ -1,0 +1,141 @@
+"""Test harness: a real Postgres, a fresh database per run, the real Flask app.
+
+The server is DATABASE_URL's when set, else the embedded Postgres (pgserver) in ./.wa-outbox/ — the same rule as
+the service. Either way the suite creates its own database (wa_outbox_test_<random>), migrates it, and drops it at
+the end, so it never touches the data in DATABASE_URL's database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from wa_outbox import migrate
+from wa_outbox.config import Settings, normalize_database_url
+from wa_outbox.db import create_engine, embedded_database_url
+from wa_outbox.webhooks import sign
+
+DATA = Path(__file__).parent / "data"
+APP_SECRET = "test-app-secret-é"  # non-ASCII on purpose: the key is UTF-8 bytes
+API_TOKEN = "test-api-token-0123456789"
+
+
+def _server_url() -> str:
+    if os.environ.get("DATABASE_URL"):
+        return normalize_database_url(os.environ["DATABASE_URL"])
+    return embedded_database_url(os.environ.get("WA_OUTBOX_DATA_DIR", ".wa-outbox"))
+
+
+def _with_dbname(url: str, dbname: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{dbname}"))
+
+
+def create_scratch_database(server_url: str, prefix: str = "wa_outbox_test") -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_database(server_url: str, name: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    return _server_url()
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str):
+    name = create_scratch_database(server_url)
+    url = _with_dbname(server_url, name)
+    migrate.upgrade(url)
+    yield url
+    drop_database(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> sa.Engine:
+    engine = create_engine(database_url, pool_size=8)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def clean_tables(request):
+    """Empty every wa-outbox table before a test that uses the database."""
+    if "database_url" not in request.fixturenames:
+        yield
+        return
+    url = request.getfixturevalue("database_url")
+    with psycopg.connect(url, autocommit=False) as conn:
+        conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
+        conn.execute("TRUNCATE wa_outbox.notification_events, wa_outbox.notifications, wa_outbox.webhook_events, "
+                     "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings "
+                     "RESTART IDENTITY")
+    yield
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        app_secret=APP_SECRET,
+        verify_token="test-verify-token",
+        api_tokens=(API_TOKEN,),
+        access_token="test-access-token",
+        phone_number_id="100000000000001",
+        webhook_max_bytes=6 * 1024 * 1024,
+    )
+
+
+@pytest.fixture(scope="session")
+def app(settings: Settings, engine: sa.Engine):
+    from wa_outbox.web import create_app
+    app = create_app(settings, engine=engine)
+    app.testing = True
+    return app
+
+
+@pytest.fixture
+def client(app, database_url):
+    return app.test_client()
+
+
+@pytest.fixture
+def db(database_url: str):
+    """An autocommit psycopg connection for assertions."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+def meta_body(payload: dict) -> bytes:
+    """Serialise as Meta does: compact, non-ASCII escaped as \\uXXXX."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def post_webhook(client, payload: dict | bytes, *, secret: str = APP_SECRET, headers: dict | None = None):
+    body = payload if isinstance(payload, bytes) else meta_body(payload)
+    all_headers = {"Content-Type": "application/json", "X-Hub-Signature-256": sign(secret, body)}
+    all_headers.update(headers or {})
+    return client.post("/webhooks/whatsapp", data=body, headers=all_headers)
+
+
+def load_corpus() -> dict[str, dict]:
+    """Every webhook payload in tests/data: Meta's spec examples and pywa's test data, by a readable name."""
+    corpus = {}
+    for name, payload in json.loads((DATA / "openapi" / "webhook-examples.json").read_text()).items():
+        corpus[f"openapi:{name}"] = payload
+    for path in sorted((DATA / "pywa").glob("*.json")):
+        for name, payload in json.loads(path.read_text()).items():
+            corpus[f"pywa:{path.stem}:{name}"] = payload
+    return corpus

@@ -1,0 +1,74 @@
+"""Migrations upgrade and downgrade cleanly, on a database that holds data."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.conftest import _with_dbname, create_scratch_database, drop_database
+from wa_outbox import migrate
+
+TABLES = {"settings", "notifications", "notification_events", "webhook_events", "contacts", "rate_limits", "workers"}
+
+
+@pytest.fixture
+def scratch_url(server_url):
+    name = create_scratch_database(server_url, prefix="wa_outbox_migrations")
+    yield _with_dbname(server_url, name)
+    drop_database(server_url, name)
+
+
+def _objects(url: str) -> tuple[set[str], set[str], set[str]]:
+    with psycopg.connect(url) as conn:
+        tables = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'wa_outbox' "
+            "AND table_type = 'BASE TABLE'")}
+        views = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.views WHERE table_schema = 'wa_outbox'")}
+        functions = {r[0] for r in conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'wa_outbox'")}
+    return tables, views, functions
+
+
+def _fill(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '123')")
+        conn.execute("""SELECT wa_outbox.enqueue('+5511987654321', '{"type":"text","text":{"body":"x"}}')""")
+        conn.execute("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload) "
+                     "VALUES ('m:w', 'messages', 'message', '{}')")
+        conn.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id) VALUES ('123', '5511987654321')")
+        conn.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) VALUES ('123', 80, 80, 80)")
+        conn.execute("INSERT INTO wa_outbox.workers (id, hostname, pid) VALUES ('w', 'h', 1)")
+
+
+def test_upgrade_creates_the_whole_model_and_downgrade_removes_it_with_data_present(scratch_url):
+    migrate.upgrade(scratch_url)
+    tables, views, functions = _objects(scratch_url)
+    assert TABLES <= tables
+    assert {"notification_timeline", "queue_health"} <= views
+    assert "enqueue" in functions
+    _fill(scratch_url)
+
+    migrate.downgrade(scratch_url, "base")
+    tables, views, functions = _objects(scratch_url)
+    assert tables == {"alembic_version"} and not views and not functions
+
+    migrate.upgrade(scratch_url)  # and back up again, then once more as a no-op
+    migrate.upgrade(scratch_url)
+    _fill(scratch_url)
+    with psycopg.connect(scratch_url) as conn:
+        assert conn.execute("SELECT version_num FROM wa_outbox.alembic_version").fetchone()[0] == "0001_initial_schema"
+        assert conn.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_migrations_leave_the_apps_own_tables_alone(scratch_url):
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("CREATE TABLE public.orders (id int primary key)")
+        conn.execute("CREATE TABLE public.alembic_version (version_num varchar(32) primary key)")
+        conn.execute("INSERT INTO public.alembic_version VALUES ('app_rev_1')")
+    migrate.upgrade(scratch_url)
+    migrate.downgrade(scratch_url, "base")
+    with psycopg.connect(scratch_url) as conn:
+        assert conn.execute("SELECT version_num FROM public.alembic_version").fetchone()[0] == "app_rev_1"
+        assert conn.execute("SELECT to_regclass('public.orders')").fetchone()[0] == "orders"

@@ -1,0 +1,158 @@
+"""Configuration from environment variables, validated once at start-up.
+
+Every process (web, worker, CLI) builds one `Settings` from the environment. A missing or malformed variable raises
+`ConfigError` whose message is one line naming the variable; entry points print it and exit with status 2 instead
+of showing a traceback. Secrets never appear in `repr()` and so never in logs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, TypeVar
+from urllib.parse import urlsplit
+
+DEFAULT_GRAPH_API_BASE_URL = "https://graph.facebook.com/v23.0"  # pinned: the version of the spec we test against
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """A configuration problem; str(error) is a one-line message naming the variable."""
+
+
+def _parse(env: Mapping[str, str], name: str, default: T, convert: Callable[[str], T], what: str) -> T:
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        return convert(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={raw!r} is not valid: expected {what}") from None
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError
+    return value
+
+
+def _log_level(raw: str) -> str:
+    level = raw.upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        raise ValueError
+    return level
+
+
+def _http_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise ValueError
+    return raw.rstrip("/")
+
+
+def _phone_number_id(raw: str) -> str:
+    if not re.fullmatch(r"[0-9]{1,32}", raw):
+        raise ValueError
+    return raw
+
+
+def _tokens(raw: str) -> tuple[str, ...]:
+    tokens = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not tokens or any(len(t) < 16 for t in tokens):
+        raise ValueError
+    return tokens
+
+
+def normalize_database_url(raw: str) -> str:
+    """Accept Heroku's `postgres://` and SQLAlchemy-style URLs; return a plain `postgresql://` libpq URL."""
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
+        raise ValueError
+    return "postgresql://" + rest
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    access_token: str | None = field(default=None, repr=False)
+    app_secret: str | None = field(default=None, repr=False)
+    verify_token: str | None = field(default=None, repr=False)
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    phone_number_id: str | None = None
+    api_base_url: str = DEFAULT_GRAPH_API_BASE_URL
+    rate_limit_mps: float = 80.0
+    port: int = 8000
+    log_level: str = "INFO"
+    webhook_max_bytes: int = 6 * 1024 * 1024  # Meta sends up to 3 MB; twice that for margin
+    web_concurrency: int = 2
+    web_threads: int = 4
+    db_pool_size: int = 0  # 0: sized to the process's concurrency
+    data_dir: str = ".wa-outbox"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        return cls(
+            database_url=_parse(env, "DATABASE_URL", None, normalize_database_url,
+                                "a postgres:// or postgresql:// URL"),
+            access_token=env.get("WHATSAPP_ACCESS_TOKEN", "").strip() or None,
+            app_secret=env.get("WHATSAPP_APP_SECRET", "").strip() or None,
+            verify_token=env.get("WHATSAPP_VERIFY_TOKEN", "").strip() or None,
+            api_tokens=_parse(env, "WA_OUTBOX_API_TOKENS", (), _tokens,
+                              "a comma-separated list of tokens of at least 16 characters each"),
+            phone_number_id=_parse(env, "WHATSAPP_PHONE_NUMBER_ID", None, _phone_number_id,
+                                   "the numeric phone number id from Meta's App Dashboard"),
+            api_base_url=_parse(env, "WHATSAPP_API_BASE_URL", DEFAULT_GRAPH_API_BASE_URL, _http_url,
+                                "an http(s) URL such as https://graph.facebook.com/v23.0"),
+            rate_limit_mps=_parse(env, "WA_OUTBOX_RATE_LIMIT_MPS", 80.0, _positive_float,
+                                  "a positive number of messages per second"),
+            port=_parse(env, "PORT", 8000, _port, "a TCP port number (1-65535)"),
+            log_level=_parse(env, "LOG_LEVEL", "INFO", _log_level, "DEBUG, INFO, WARNING, ERROR or CRITICAL"),
+            webhook_max_bytes=_parse(env, "WA_OUTBOX_WEBHOOK_MAX_BYTES", 6 * 1024 * 1024, _positive_int,
+                                     "a positive number of bytes"),
+            web_concurrency=_parse(env, "WEB_CONCURRENCY", 2, _positive_int, "a positive number of processes"),
+            web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 4, _positive_int, "a positive number of threads"),
+            db_pool_size=_parse(env, "WA_OUTBOX_DB_POOL_SIZE", 0, _positive_int, "a positive number of connections"),
+            data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
+        )
+
+    def require(self, *names: str) -> "Settings":
+        """Raise ConfigError for the first of the named settings that is unset (the process's role needs it)."""
+        for name in names:
+            if not getattr(self, name):
+                var, why = _REQUIRED_HELP[name]
+                raise ConfigError(f"{var} is not set: {why}")
+        return self
+
+    def require_web(self) -> "Settings":
+        return self.require("database_url", "app_secret", "verify_token", "api_tokens")
+
+    def require_worker(self) -> "Settings":
+        return self.require("database_url", "access_token", "phone_number_id")
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 65535:
+        raise ValueError
+    return value
+
+
+_REQUIRED_HELP = {
+    "database_url": ("DATABASE_URL", "the Postgres URL (the `wa-outbox` CLI starts an embedded one when unset)"),
+    "access_token": ("WHATSAPP_ACCESS_TOKEN", "the Cloud API access token the worker sends with"),
+    "app_secret": ("WHATSAPP_APP_SECRET", "the Meta app secret that signs webhooks"),
+    "verify_token": ("WHATSAPP_VERIFY_TOKEN", "the token Meta echoes in the webhook verification handshake"),
+    "api_tokens": ("WA_OUTBOX_API_TOKENS", "bearer tokens for /v1 and /ops (comma-separated, 16+ characters each)"),
+    "phone_number_id": ("WHATSAPP_PHONE_NUMBER_ID", "the default sender's phone number id"),
+}

@@ -1,0 +1,76 @@
+"""Database access: the connection pool, the embedded Postgres for development, and the named SQL queries.
+
+Every query the service runs lives in its own file under `wa_outbox/sql/` and is loaded here by name, so the SQL is
+in one visible place and the Python around it stays thin. Queries use psycopg's `%(name)s` placeholders and run
+through `Connection.exec_driver_sql`, which hands them to psycopg unchanged (psycopg prepares repeated statements).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from .config import ConfigError, Settings
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "wa_outbox"
+
+
+@functools.cache
+def query(name: str) -> str:
+    """The text of `wa_outbox/sql/<name>.sql`."""
+    return resources.files("wa_outbox").joinpath("sql", f"{name}.sql").read_text()
+
+
+def sqlalchemy_url(database_url: str) -> str:
+    return "postgresql+psycopg://" + database_url.partition("://")[2]
+
+
+def create_engine(database_url: str, *, pool_size: int, application_name: str = "wa-outbox") -> sa.Engine:
+    """A pooled engine. No pre-ping (it costs a round trip per checkout on the hot path): a connection that broke is
+    invalidated by SQLAlchemy on the error and replaced on the next checkout."""
+    return sa.create_engine(
+        sqlalchemy_url(database_url),
+        pool_size=pool_size,
+        max_overflow=max(2, pool_size // 2),
+        pool_timeout=10,
+        pool_recycle=1800,
+        connect_args={"application_name": application_name, "connect_timeout": 10},
+    )
+
+
+def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
+    """Start (or reuse) the embedded Postgres in `<data_dir>/pgdata` and return its URL.
+
+    The server keeps running while any process that asked for it is alive and stops after the last one exits, so a
+    second `make run` reuses the same data and nothing is left running."""
+    try:
+        import pgserver  # noqa: PLC0415 - optional dependency, only for development without DATABASE_URL
+    except ImportError:
+        raise ConfigError("DATABASE_URL is not set and the embedded Postgres is not installed "
+                          "(pip install 'wa-outbox[embedded]')") from None
+    pgdata = Path(data_dir).resolve() / "pgdata"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+    _EMBEDDED_SERVERS.append(server)  # keep a reference: the server stops when its last handle is dropped
+    return server.get_uri()
+
+
+_EMBEDDED_SERVERS: list[object] = []
+
+
+def with_database(settings: Settings) -> Settings:
+    """`settings` with a database: DATABASE_URL when set, else the embedded Postgres (exported to child processes)."""
+    if settings.database_url:
+        return settings
+    url = embedded_database_url(settings.data_dir)
+    os.environ["DATABASE_URL"] = url
+    log.info("embedded postgres ready", extra={"data_dir": settings.data_dir})
+    return replace(settings, database_url=url)

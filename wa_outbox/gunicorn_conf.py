@@ -1,0 +1,36 @@
+"""gunicorn settings for `web` (Procfile: gunicorn --config python:wa_outbox.gunicorn_conf wsgi:app).
+
+Runs in the gunicorn master before any worker starts, so a configuration error is one line and exit status 2.
+"""
+
+import os
+import sys
+import tempfile
+
+from wa_outbox.config import ConfigError, Settings
+
+try:
+    _settings = Settings.from_env().require_web()
+except ConfigError as _exc:
+    sys.stderr.write(f"wa-outbox: configuration error: {_exc}\n")
+    sys.exit(2)
+
+bind = os.environ.get("WA_OUTBOX_BIND") or f"0.0.0.0:{_settings.port}"
+workers = _settings.web_concurrency          # Heroku sets WEB_CONCURRENCY from the dyno size
+threads = _settings.web_threads              # gthread: keep-alive, and a request thread per pooled connection
+worker_class = "gthread"
+timeout = 30
+graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after SIGTERM
+keepalive = 5
+max_requests = 0
+accesslog = None                             # request metrics go to /metrics; app logs are JSON on stdout
+errorlog = "-"
+loglevel = _settings.log_level.lower()
+
+# Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode).
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-outbox-metrics-"))
+
+
+def child_exit(server, worker):
+    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+    GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)

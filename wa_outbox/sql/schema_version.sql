@@ -1,0 +1,2 @@
+-- The applied migration (fails with undefined_table when wa-outbox's schema was never migrated).
+SELECT version_num FROM wa_outbox.alembic_version
