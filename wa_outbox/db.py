@@ -33,7 +33,8 @@ def sqlalchemy_url(database_url: str) -> str:
     return "postgresql+psycopg://" + database_url.partition("://")[2]
 
 
-def create_engine(database_url: str, *, pool_size: int, application_name: str = "wa-outbox") -> sa.Engine:
+def create_engine(database_url: str, *, pool_size: int, application_name: str = "wa-outbox",
+                  isolation_level: str | None = None) -> sa.Engine:
     """A pooled engine. No pre-ping (it costs a round trip per checkout on the hot path): a connection that broke is
     invalidated by SQLAlchemy on the error and replaced on the next checkout."""
     return sa.create_engine(
@@ -43,6 +44,7 @@ def create_engine(database_url: str, *, pool_size: int, application_name: str = 
         pool_timeout=10,
         pool_recycle=1800,
         connect_args={"application_name": application_name, "connect_timeout": 10},
+        **({"isolation_level": isolation_level} if isolation_level else {}),
     )
 
 

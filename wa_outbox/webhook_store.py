@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
+import psycopg
 import sqlalchemy as sa
 
 from .db import query
@@ -12,22 +13,32 @@ from .webhooks import WebhookEvent
 
 
 def store_events(engine: sa.Engine, events: Iterable[WebhookEvent], correlation_id: str | None) -> int:
-    """Insert the events not seen before; return how many were new. One statement, so one transaction and one
-    round trip: autocommit, because a single INSERT is atomic on its own and BEGIN/COMMIT would cost two more."""
-    unique = {e.dedup_key: e for e in reversed(list(events))}  # first occurrence wins within a batch
-    if not unique:
+    """Insert the events not seen before; return how many were new.
+
+    One statement, hence one transaction and one round trip: `engine` should be in autocommit mode (a single
+    INSERT is atomic on its own; BEGIN and COMMIT would cost two more round trips)."""
+    rows = [{"k": e.dedup_key, "f": e.field, "t": e.kind, "a": e.account_id, "p": e.phone_number_id,
+             "w": e.wamid, "s": e.update_status, "v": e.payload} for e in events]
+    if not rows:
         return 0
-    rows = unique.values()
-    params = {
-        "correlation_id": correlation_id,
-        "dedup_keys": [e.dedup_key for e in rows],
-        "fields": [e.field for e in rows],
-        "kinds": [e.kind for e in rows],
-        "account_ids": [e.account_id for e in rows],
-        "phone_number_ids": [e.phone_number_id for e in rows],
-        "wamids": [e.wamid for e in rows],
-        "update_statuses": [e.update_status for e in rows],
-        "payloads": [json.dumps(e.payload, separators=(",", ":")) for e in rows],
-    }
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        return conn.exec_driver_sql(query("insert_webhook_events"), params).rowcount
+    params = {"correlation_id": correlation_id, "events": json.dumps(rows, separators=(",", ":"))}
+    try:
+        return _insert(engine, params)
+    except psycopg.OperationalError:
+        # The database restarted or failed over, so every pooled connection is dead: drop the idle ones and try once
+        # more on a new connection. Safe: the INSERT is idempotent (ON CONFLICT DO NOTHING).
+        engine.pool.dispose()
+        return _insert(engine, params)
+
+
+def _insert(engine: sa.Engine, params: dict) -> int:
+    conn = engine.raw_connection()  # the psycopg connection itself: this path is hot, SQLAlchemy adds nothing here
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(query("insert_webhook_events"), params)
+            return cursor.rowcount
+    except psycopg.OperationalError:
+        conn.invalidate()  # never hand a broken connection out again
+        raise
+    finally:
+        conn.close()  # back to the pool

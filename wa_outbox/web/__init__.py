@@ -29,6 +29,14 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         pool_size=settings.db_pool_size or settings.web_threads,  # one connection per request thread
         application_name="wa-outbox-web",
     )
+    # The webhook path runs single-statement transactions: a pool of autocommit connections of its own, so no
+    # isolation level is switched per checkout.
+    app.extensions["wa_outbox.autocommit_engine"] = create_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size or settings.web_threads,
+        application_name="wa-outbox-webhooks",
+        isolation_level="AUTOCOMMIT",
+    )
 
     @app.before_request
     def _correlation_id() -> None:
@@ -65,3 +73,7 @@ def settings_of(app: Flask) -> Settings:
 
 def engine_of(app: Flask) -> sa.Engine:
     return app.extensions["wa_outbox.engine"]
+
+
+def autocommit_engine_of(app: Flask) -> sa.Engine:
+    return app.extensions["wa_outbox.autocommit_engine"]
