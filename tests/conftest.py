@@ -99,9 +99,9 @@ def settings(database_url: str) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def app(settings: Settings, engine: sa.Engine):
+def app(settings: Settings):
     from wa_outbox.web import create_app
-    app = create_app(settings, engine=engine)
+    app = create_app(settings)
     app.testing = True
     return app
 

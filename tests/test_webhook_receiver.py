@@ -297,7 +297,7 @@ def test_response_is_json(client, db):
 def test_receiver_recovers_when_the_database_drops_its_connections(client, db):
     assert post_webhook(client, envelope(messages=[text_message("wamid.R1")])).status_code == 200
     terminated = db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                            "WHERE application_name = 'wa-outbox-webhooks' AND datname = current_database()"
+                            "WHERE application_name = 'wa-outbox-web' AND datname = current_database()"
                             ).fetchone()[0]
     assert terminated >= 1
     r = post_webhook(client, envelope(messages=[text_message("wamid.R2")]))

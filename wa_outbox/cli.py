@@ -124,6 +124,41 @@ def web(port: int | None) -> None:
 
 
 @main.command()
+def worker() -> None:
+    """Deliver queued messages and process stored webhooks until SIGTERM (then drain within the grace)."""
+    from .worker import Worker
+    settings = _settings()
+    try:
+        settings.require_worker()
+    except ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from None
+    _require_schema(settings)
+    _record_default_sender(settings)
+    try:
+        the_worker = Worker(settings)
+    except ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from None
+
+    def _stop(signum, frame):
+        the_worker.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    the_worker.run()
+
+
+def _require_schema(settings: Settings) -> None:
+    import psycopg
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
+            conn.execute("SELECT 1 FROM wa_outbox.alembic_version")
+    except psycopg.errors.UndefinedTable:
+        raise click.ClickException("the database is not migrated: run `wa-outbox db upgrade`") from None
+    except psycopg.OperationalError as exc:
+        raise click.ClickException(f"cannot reach the database: {str(exc).strip().splitlines()[0]}") from None
+
+
+@main.command()
 @click.option("--port", type=int, default=8000, show_default=True, help="Port of the web app.")
 def dev(port: int) -> None:
     """Everything on this machine: embedded Postgres (unless DATABASE_URL), migrations, web app."""
@@ -141,6 +176,202 @@ def dev(port: int) -> None:
                f"verify token {os.environ['WHATSAPP_VERIFY_TOKEN']!r}")
     click.echo("wa-outbox dev: Ctrl-C stops everything")
     sys.exit(_run_children({"web": _gunicorn_command()}))
+
+
+# --- operators: send, status, dead-letter queue, rate limits, retention ------------------------------------------------
+
+def _engine(settings: Settings):
+    from .db import create_engine
+    return create_engine(settings.database_url, pool_size=1, application_name="wa-outbox-cli",
+                         isolation_level="AUTOCOMMIT")
+
+
+@main.command()
+@click.option("--to", "to", required=True, help="Recipient, E.164 (+5511987654321).")
+@click.option("--text", help="Text body.")
+@click.option("--template", help="Template name (with --lang).")
+@click.option("--lang", default="en_US", show_default=True, help="Template language code.")
+@click.option("--json", "message_json", help="Any Cloud API message body, as JSON.")
+@click.option("--idempotency-key", help="Same key, same message: queued once.")
+@click.option("--correlation-id", help="Stored on the message and its timeline.")
+@click.option("--phone-number-id", help="Sender (default: WHATSAPP_PHONE_NUMBER_ID).")
+def send(to, text, template, lang, message_json, idempotency_key, correlation_id, phone_number_id) -> None:
+    """Queue one message (the worker sends it) and print its id."""
+    import json as _json
+    import psycopg
+    from . import outbox
+    from .messages import InvalidMessage, normalize_recipient, validate_message
+    given = [x for x in (text, template, message_json) if x is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --text, --template or --json")
+    if text is not None:
+        message = {"type": "text", "text": {"body": text}}
+    elif template is not None:
+        message = {"type": "template", "template": {"name": template, "language": {"code": lang}}}
+    else:
+        try:
+            message = _json.loads(message_json)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--json") from None
+    try:
+        normalize_recipient(to)
+        validate_message(message)
+    except InvalidMessage as exc:
+        raise click.ClickException(str(exc)) from None
+    settings = _settings()
+    try:
+        notification_id, status, created = outbox.enqueue(
+            _engine(settings), to=to, message=message, idempotency_key=idempotency_key,
+            correlation_id=correlation_id, phone_number_id=phone_number_id or settings.phone_number_id)
+    except psycopg.Error as exc:
+        raise click.ClickException(str(exc).strip().splitlines()[0]) from None
+    click.echo(f"{notification_id}\t{status}" + ("" if created else "\t(idempotency key seen before)"))
+
+
+@main.command()
+@click.argument("term")
+def status(term: str) -> None:
+    """Was it sent? TERM is a message id, a phone number or a correlation id."""
+    from . import outbox
+    engine = _engine(_settings())
+    shown = False
+    if term.isdigit() and len(term) < 19:
+        found = outbox.get(engine, int(term))
+        if found:
+            _print_notification(found)
+            shown = True
+    matches = [m for m in outbox.find(engine, term) if not shown or m["id"] != int(term)]
+    if matches:
+        if shown:
+            click.echo("")
+        click.echo("id\tstatus\trecipient\tattempts\tcreated_at\tcorrelation_id\tlast_error")
+        for m in matches:
+            click.echo(f"{m['id']}\t{m['status']}\t+{m['recipient']}\t{m['attempts']}\t"
+                       f"{m['created_at']:%Y-%m-%d %H:%M:%S}\t{m['correlation_id'] or ''}\t{m['last_error'] or ''}")
+        shown = True
+    if not shown:
+        raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")
+
+
+def _print_notification(n: dict) -> None:
+    import json as _json
+    click.echo(f"message {n['id']}: {n['status']} (attempt {n['attempts']}/{n['max_attempts']})")
+    click.echo(f"  to +{n['recipient']} from {n['phone_number_id']}, wamid {n['wamid'] or '-'}, "
+               f"correlation id {n['correlation_id'] or '-'}")
+    if n["last_error"]:
+        click.echo(f"  last error: {n['last_error'].get('message')}")
+    for e in n["timeline"]:
+        detail = {k: v for k, v in (e.get("detail") or {}).items() if v is not None}
+        click.echo(f"  {e['at'][:23]}  {e['event']:<16} attempt {e['attempt']}  "
+                   f"{_json.dumps(detail, ensure_ascii=False) if detail else ''}")
+
+
+@main.group()
+def dlq() -> None:
+    """The dead-letter queue: messages that could not be sent, with their reasons."""
+
+
+@dlq.command("list")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--code", type=int, help="Only this Graph error code.")
+def dlq_list(limit: int, code: int | None) -> None:
+    from . import outbox
+    rows = outbox.list_dead(_engine(_settings()), limit=limit, code=code)
+    click.echo("id\trecipient\tattempts\tdied_at\treason")
+    for r in rows:
+        click.echo(f"{r['id']}\t+{r['recipient']}\t{r['attempts']}\t{r['died_at']:%Y-%m-%d %H:%M:%S}\t"
+                   f"{(r['last_error'] or {}).get('message', '')}")
+    click.echo(f"({len(rows)} shown)", err=True)
+
+
+@dlq.command("show")
+@click.argument("notification_id", type=int)
+def dlq_show(notification_id: int) -> None:
+    from . import outbox
+    found = outbox.get(_engine(_settings()), notification_id)
+    if not found:
+        raise click.ClickException(f"no message {notification_id}")
+    _print_notification(found)
+
+
+@dlq.command("retry")
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "all_dead", is_flag=True, help="Every dead message (narrow with --code/--to).")
+@click.option("--code", type=int, help="With --all: only this Graph error code.")
+@click.option("--to", "recipient", help="With --all: only this recipient.")
+def dlq_retry(ids, all_dead, code, recipient) -> None:
+    """Requeue dead messages: attempts start over; the timeline records it."""
+    from . import outbox
+    from .messages import normalize_recipient
+    if bool(ids) == all_dead:
+        raise click.UsageError("give message ids, or --all")
+    if (code or recipient) and not all_dead:
+        raise click.UsageError("--code and --to narrow --all")
+    requeued = outbox.requeue(_engine(_settings()), ids=list(ids), all_dead=all_dead, code=code,
+                              recipient=normalize_recipient(recipient) if recipient else None, actor="cli")
+    click.echo(f"requeued {len(requeued)}")
+    missing = sorted(set(ids) - set(requeued))
+    if missing:
+        raise click.ClickException(f"not dead or failed, or not found: {' '.join(map(str, missing))}")
+
+
+@dlq.command("purge")
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "all_dead", is_flag=True, help="Every dead message.")
+@click.option("--older-than-days", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--yes", is_flag=True, help="Do not ask.")
+def dlq_purge(ids, all_dead, older_than_days, yes) -> None:
+    """Delete dead messages and their timelines, explicitly."""
+    from . import outbox
+    if bool(ids) == all_dead:
+        raise click.UsageError("give message ids, or --all")
+    if all_dead and not yes:
+        click.confirm("Delete every dead message" + (f" older than {older_than_days} days" if older_than_days
+                                                     else "") + "?", abort=True)
+    purged = outbox.purge_dead(_engine(_settings()), ids=list(ids), all_dead=all_dead,
+                               older_than_days=older_than_days)
+    click.echo(f"purged {purged}")
+
+
+@main.group()
+def ratelimit() -> None:
+    """Per-sender rates, shared by every worker."""
+
+
+@ratelimit.command("show")
+def ratelimit_show() -> None:
+    from . import outbox
+    rows = outbox.ratelimits(_engine(_settings()))
+    click.echo("phone_number_id\tmps\tburst\ttokens\tpaused_until\tpause_reason")
+    for pnid, mps, burst, tokens, paused_until, reason, _ in rows:
+        click.echo(f"{pnid}\t{mps:g}\t{burst:g}\t{tokens}\t{paused_until or ''}\t{reason or ''}")
+
+
+@ratelimit.command("set")
+@click.argument("phone_number_id")
+@click.option("--mps", type=click.FloatRange(min=0.01), required=True, help="Messages per second.")
+@click.option("--burst", type=click.FloatRange(min=1), help="Bucket size (default: one second's worth).")
+@click.option("--resume", is_flag=True, help="Also lift a pause now.")
+def ratelimit_set(phone_number_id, mps, burst, resume) -> None:
+    from . import outbox
+    from .messages import InvalidMessage, validate_phone_number_id
+    try:
+        validate_phone_number_id(phone_number_id)
+    except InvalidMessage as exc:
+        raise click.BadParameter(str(exc), param_hint="PHONE_NUMBER_ID") from None
+    pnid, mps, burst, paused_until = outbox.set_ratelimit(_engine(_settings()), phone_number_id, mps, burst, resume)
+    click.echo(f"{pnid}: {mps:g} messages/s, burst {burst:g}" + (f", paused until {paused_until}"
+                                                                 if paused_until else ""))
+
+
+@main.command()
+@click.option("--days", default=30, show_default=True, type=click.IntRange(1),
+              help="Keep finished messages this long (webhook dedup keys: at least 8 days).")
+def prune(days: int) -> None:
+    """Delete finished messages (with their timelines) and processed webhooks past the retention."""
+    from . import outbox
+    messages, webhooks = outbox.prune(_engine(_settings()), days=days)
+    click.echo(f"pruned {messages} messages and {webhooks} webhook events")
 
 
 def _gunicorn_command() -> list[str]:

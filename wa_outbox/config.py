@@ -98,6 +98,19 @@ class Settings:
     web_threads: int = 4
     db_pool_size: int = 0  # 0: sized to the process's concurrency
     data_dir: str = ".wa-outbox"
+    # worker
+    worker_concurrency: int = 16          # sends in flight per worker process (threads)
+    poll_interval: float = 1.0            # seconds between polls when no NOTIFY arrives
+    lease_seconds: float = 60.0           # a claimed row belongs to its worker this long
+    connect_timeout: float = 5.0
+    send_timeout: float = 15.0            # read timeout of a send; past it the outcome is unknown
+    shutdown_grace: float = 25.0          # SIGTERM: finish in-flight sends within this (Heroku kills at 30 s)
+    retry_base_seconds: float = 2.0
+    retry_max_seconds: float = 900.0
+    unknown_window_seconds: float = 600.0  # wait this long for a status webhook to settle an unknown send
+    unknown_policy: str = "resend"         # then: resend (if webhooks are arriving) or dead
+    inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
+    dry_run: bool = False                  # accept every send without calling Meta (staging, benchmarks)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -124,6 +137,21 @@ class Settings:
             web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 4, _positive_int, "a positive number of threads"),
             db_pool_size=_parse(env, "WA_OUTBOX_DB_POOL_SIZE", 0, _positive_int, "a positive number of connections"),
             data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
+            worker_concurrency=_parse(env, "WA_OUTBOX_WORKER_CONCURRENCY", 16, _positive_int,
+                                      "a positive number of concurrent sends"),
+            poll_interval=_parse(env, "WA_OUTBOX_POLL_INTERVAL", 1.0, _positive_float, "seconds, e.g. 1.0"),
+            lease_seconds=_parse(env, "WA_OUTBOX_LEASE_SECONDS", 60.0, _positive_float, "seconds, e.g. 60"),
+            connect_timeout=_parse(env, "WA_OUTBOX_CONNECT_TIMEOUT", 5.0, _positive_float, "seconds"),
+            send_timeout=_parse(env, "WA_OUTBOX_SEND_TIMEOUT", 15.0, _positive_float, "seconds"),
+            shutdown_grace=_parse(env, "WA_OUTBOX_SHUTDOWN_GRACE", 25.0, _positive_float, "seconds"),
+            retry_base_seconds=_parse(env, "WA_OUTBOX_RETRY_BASE_SECONDS", 2.0, _positive_float, "seconds"),
+            retry_max_seconds=_parse(env, "WA_OUTBOX_RETRY_MAX_SECONDS", 900.0, _positive_float, "seconds"),
+            unknown_window_seconds=_parse(env, "WA_OUTBOX_UNKNOWN_WINDOW_SECONDS", 600.0, _positive_float,
+                                          "seconds"),
+            unknown_policy=_parse(env, "WA_OUTBOX_UNKNOWN_POLICY", "resend", _policy, "resend or dead"),
+            inbound_handlers=_parse(env, "WA_OUTBOX_INBOUND_HANDLERS", (), _handlers,
+                                    "comma-separated dotted paths such as myapp.whatsapp:on_event"),
+            dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
         )
 
     def require(self, *names: str) -> "Settings":
@@ -138,7 +166,32 @@ class Settings:
         return self.require("database_url", "app_secret", "verify_token", "api_tokens")
 
     def require_worker(self) -> "Settings":
-        return self.require("database_url", "access_token", "phone_number_id")
+        self.require("database_url", "access_token", "phone_number_id")
+        if self.lease_seconds <= self.connect_timeout + self.send_timeout + 5:
+            raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
+                              f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "
+                              f"({self.connect_timeout + self.send_timeout + 5:g}), or live sends would be rescued")
+        return self
+
+
+def _policy(raw: str) -> str:
+    if raw not in ("resend", "dead"):
+        raise ValueError
+    return raw
+
+
+def _handlers(raw: str) -> tuple[str, ...]:
+    paths = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not all(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", p) for p in paths):
+        raise ValueError
+    return paths
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+        raise ValueError
+    return lowered in ("1", "true", "yes", "on")
 
 
 def _port(raw: str) -> int:

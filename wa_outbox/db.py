@@ -13,7 +13,9 @@ import os
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from .config import ConfigError, Settings
@@ -27,6 +29,33 @@ SCHEMA = "wa_outbox"
 def query(name: str) -> str:
     """The text of `wa_outbox/sql/<name>.sql`."""
     return resources.files("wa_outbox").joinpath("sql", f"{name}.sql").read_text()
+
+
+def run(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> tuple[list[tuple], int]:
+    """Run named query `name` as one autocommit statement on a pooled raw psycopg connection; return (rows,
+    rowcount). `engine` must be an autocommit engine. The hot paths use this: one round trip, no ORM layer.
+
+    If the database dropped the connection (restart, failover), the idle pool is emptied and the statement is tried
+    once more on a new connection: every named query is safe to repeat (guarded or ON CONFLICT)."""
+    try:
+        return _run_once(engine, name, params)
+    except psycopg.OperationalError:
+        engine.pool.dispose()
+        return _run_once(engine, name, params)
+
+
+def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[tuple], int]:
+    conn = engine.raw_connection()
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(query(name), params)
+            rows = cursor.fetchall() if cursor.description else []
+            return rows, cursor.rowcount
+    except psycopg.OperationalError:
+        conn.invalidate()  # never hand a broken connection out again
+        raise
+    finally:
+        conn.close()  # back to the pool
 
 
 def sqlalchemy_url(database_url: str) -> str:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-import psycopg
 import sqlalchemy as sa
 
-from .db import query
+from .db import run
 from .webhooks import WebhookEvent
 
 
@@ -22,23 +21,4 @@ def store_events(engine: sa.Engine, events: Iterable[WebhookEvent], correlation_
     if not rows:
         return 0
     params = {"correlation_id": correlation_id, "events": json.dumps(rows, separators=(",", ":"))}
-    try:
-        return _insert(engine, params)
-    except psycopg.OperationalError:
-        # The database restarted or failed over, so every pooled connection is dead: drop the idle ones and try once
-        # more on a new connection. Safe: the INSERT is idempotent (ON CONFLICT DO NOTHING).
-        engine.pool.dispose()
-        return _insert(engine, params)
-
-
-def _insert(engine: sa.Engine, params: dict) -> int:
-    conn = engine.raw_connection()  # the psycopg connection itself: this path is hot, SQLAlchemy adds nothing here
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(query("insert_webhook_events"), params)
-            return cursor.rowcount
-    except psycopg.OperationalError:
-        conn.invalidate()  # never hand a broken connection out again
-        raise
-    finally:
-        conn.close()  # back to the pool
+    return run(engine, "insert_webhook_events", params)[1]

@@ -139,6 +139,41 @@ CREATE TABLE wa_outbox.rate_limits (
     updated_at       timestamptz NOT NULL DEFAULT now()
 );
 
+-- How far along a message is, by the status words of Meta's status webhooks: a later webhook for an earlier step
+-- (a `delivered` arriving after `read`) never moves a message back.
+CREATE FUNCTION wa_outbox.status_rank(status text) RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE status WHEN 'sent' THEN 10 WHEN 'delivered' THEN 20 WHEN 'failed' THEN 25
+                       WHEN 'read' THEN 30 WHEN 'played' THEN 30 ELSE 0 END
+$$;
+
+-- take_tokens(): the shared token bucket. Grants up to `wanted` sends for a sender now (0 while it is paused) and
+-- says when the next token will be there; creates the bucket at the default rate on first use. The row lock makes
+-- concurrent workers on any number of machines share one rate.
+CREATE FUNCTION wa_outbox.take_tokens(sender text, wanted integer, default_mps double precision,
+                                      OUT granted integer, OUT next_token_at timestamptz, OUT mps double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    b wa_outbox.rate_limits;
+    available double precision;
+    t timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
+    VALUES (sender, default_mps, greatest(1, default_mps), greatest(1, default_mps), t)
+    ON CONFLICT (phone_number_id) DO NOTHING;
+    SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
+    mps := b.mps;
+    IF b.paused_until > t THEN
+        granted := 0;
+        next_token_at := b.paused_until;
+        RETURN;
+    END IF;
+    available := least(b.burst, b.tokens + extract(epoch FROM t - b.refilled_at) * b.mps);
+    granted := greatest(0, least(wanted, floor(available)::integer));
+    UPDATE wa_outbox.rate_limits r SET tokens = available - granted, refilled_at = t
+    WHERE r.phone_number_id = sender;
+    next_token_at := t + make_interval(secs => greatest(0, 1 - (available - granted)) / b.mps);
+END $$;
+
 -- Heartbeats of running workers, for stuck-worker alerts.
 CREATE TABLE wa_outbox.workers (
     id            text PRIMARY KEY,       -- <hostname>:<pid>:<random>
@@ -179,8 +214,18 @@ BEGIN
         RAISE EXCEPTION 'message must be a JSON object (a Cloud API message body)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF message ? 'status' OR message ? 'message_id' THEN
+        RAISE EXCEPTION 'read receipts and typing indicators (status/message_id) are not outbound messages: '
+                        'send them directly, they need no outbox' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     v_body := message - 'to' - 'messaging_product' - 'recipient_type' - 'biz_opaque_callback_data';
-    v_type := coalesce(message->>'type', 'text');  -- the Cloud API takes a body without type as text
+    -- Without `type`: the one message object the body carries (e.g. a reply with only `interactive`), else text.
+    v_type := coalesce(message->>'type',
+                       (SELECT min(k) FROM jsonb_object_keys(message) k
+                        WHERE k IN ('text', 'template', 'image', 'audio', 'video', 'document', 'sticker', 'location',
+                                    'contacts', 'interactive', 'reaction')
+                        HAVING count(*) = 1),
+                       'text');
     IF v_type NOT IN ('text', 'template', 'image', 'audio', 'video', 'document', 'sticker', 'location',
                       'contacts', 'interactive', 'reaction') THEN
         RAISE EXCEPTION 'unknown message type %', v_type USING ERRCODE = 'invalid_parameter_value';

@@ -34,7 +34,7 @@ def verify_subscription():
 
 @blueprint.post("/webhooks/whatsapp")
 def receive():
-    from . import autocommit_engine_of, settings_of
+    from . import engine_of, settings_of
     body = request.get_data(cache=False)  # raw bytes; 413 past MAX_CONTENT_LENGTH
     try:
         verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
@@ -47,7 +47,7 @@ def receive():
         metrics.webhook_rejected.labels(reason="payload").inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(400, str(exc))
-    new = store_events(autocommit_engine_of(current_app), events, g.correlation_id)
+    new = store_events(engine_of(current_app), events, g.correlation_id)
     if new:
         metrics.webhook_events.labels(result="new").inc(new)
     if len(events) - new:

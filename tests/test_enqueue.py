@@ -1,0 +1,109 @@
+"""Enqueue from the app: the Python helper on SQLAlchemy and psycopg connections, inside the caller's transaction,
+for every message example of Meta's spec."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from tests.conftest import DATA
+from wa_outbox import InvalidMessage, enqueue
+from wa_outbox.db import sqlalchemy_url
+
+EXAMPLES = json.loads((DATA / "openapi" / "message-examples.json").read_text())
+TEXT = {"type": "text", "text": {"body": "Your order shipped"}}
+
+
+@pytest.fixture
+def sender(db):
+    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '100000000000001')")
+
+
+@pytest.fixture
+def app_engine(database_url):
+    """The application's own engine: a normal (transactional) SQLAlchemy engine."""
+    engine = sa.create_engine(sqlalchemy_url(database_url))
+    yield engine
+    engine.dispose()
+
+
+def count(db, table="notifications") -> int:
+    return db.execute(f"SELECT count(*) FROM wa_outbox.{table}").fetchone()[0]
+
+
+def test_sqlalchemy_connection_commit_makes_it_durable(app_engine, db, sender):
+    with app_engine.begin() as conn:
+        nid = enqueue(conn, to="+5511987654321", message=TEXT, correlation_id="order-7")
+        assert count(db) == 0  # not visible before the caller commits
+    row = db.execute("SELECT status, recipient, correlation_id FROM wa_outbox.notifications WHERE id = %s",
+                     (nid,)).fetchone()
+    assert row == ("queued", "5511987654321", "order-7")
+    assert db.execute("SELECT event FROM wa_outbox.notification_events").fetchall() == [("queued",)]
+
+
+def test_rollback_leaves_no_trace(app_engine, db, sender):
+    with pytest.raises(RuntimeError):
+        with app_engine.begin() as conn:
+            conn.execute(sa.text("CREATE TEMP TABLE orders (id int)"))
+            enqueue(conn, to="+5511987654321", message=TEXT)
+            raise RuntimeError("checkout failed")
+    assert count(db) == 0 and count(db, "notification_events") == 0
+
+
+def test_session_and_psycopg_connections(app_engine, database_url, db, sender):
+    with Session(app_engine) as session, session.begin():
+        a = enqueue(session, to="+5511987654321", message=TEXT, idempotency_key="k-session")
+    with psycopg.connect(database_url) as conn:
+        b = enqueue(conn, to="+5511987654322", message=TEXT)
+        conn.rollback()
+        c = enqueue(conn, to="+5511987654323", message=TEXT)
+    assert count(db) == 2
+    assert {r[0] for r in db.execute("SELECT id FROM wa_outbox.notifications")} == {a, c} and b not in (a, c)
+
+
+def test_idempotency_key_returns_the_same_id(app_engine, db, sender):
+    with app_engine.begin() as conn:
+        first = enqueue(conn, to="+5511987654321", message=TEXT, idempotency_key="order-42-shipped")
+    with app_engine.begin() as conn:
+        again = enqueue(conn, to="+5511987654321", message=TEXT, idempotency_key="order-42-shipped")
+    assert first == again and count(db) == 1
+
+
+@pytest.mark.parametrize("to, message, error", [
+    ("5", TEXT, "invalid recipient"),
+    ("+5511987654321", {"type": "fax", "fax": {}}, "unknown message type"),
+    ("+5511987654321", {"type": "text"}, "needs a 'text' object"),
+    ("+5511987654321", {"type": "text", "text": {"body": "x" * 4097}}, "4096"),
+    ("+5511987654321", ["not", "a", "dict"], "JSON object"),
+])
+def test_invalid_input_raises_before_touching_the_transaction(app_engine, db, sender, to, message, error):
+    with app_engine.begin() as conn:
+        with pytest.raises(InvalidMessage, match=error):
+            enqueue(conn, to=to, message=message)
+        conn.execute(sa.text("SELECT 1"))  # the caller's transaction is still usable
+    assert count(db) == 0
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_every_spec_example_enqueues_or_is_refused_clearly(name, app_engine, db, sender):
+    example = EXAMPLES[name]
+    if "status" in example:  # the read receipt / typing indicator: not a queued message
+        with app_engine.begin() as conn, pytest.raises(InvalidMessage, match="read receipts"):
+            enqueue(conn, to="+16505551234", message=example)
+        return
+    with app_engine.begin() as conn:
+        nid = enqueue(conn, to="+16505551234", message=example)
+    stored = db.execute("SELECT message FROM wa_outbox.notifications WHERE id = %s", (nid,)).fetchone()[0]
+    expected = {k: v for k, v in example.items() if k not in ("to", "messaging_product", "recipient_type")}
+    assert stored == expected
+
+
+def test_sql_enqueue_infers_the_type_of_a_body_without_one(db, sender):
+    reply = EXAMPLES["Send Reply to List Message"]
+    assert "type" not in reply
+    nid = db.execute("SELECT wa_outbox.enqueue('+16505551234', %s::jsonb)", (json.dumps(reply),)).fetchone()[0]
+    assert nid > 0

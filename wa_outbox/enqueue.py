@@ -1,0 +1,46 @@
+"""`wa_outbox.enqueue(conn, …)`: put a message in the outbox inside the caller's own transaction.
+
+Works with a SQLAlchemy Session or Connection, or a DB-API connection (psycopg 3, psycopg2). It writes the outbox
+row and its `queued` timeline event through the SQL function wa_outbox.enqueue() and nothing else: a rollback of
+the caller's transaction leaves no trace, and its commit makes the message durable and wakes a worker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .messages import normalize_recipient, validate_key, validate_message, validate_phone_number_id
+
+_SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s)"
+_SQL_SQLALCHEMY = ("SELECT wa_outbox.enqueue(:to_, CAST(:message AS jsonb), :idempotency_key, :correlation_id, "
+                   ":phone_number_id)")
+
+
+def enqueue(conn: Any, *, to: str, message: dict[str, Any], idempotency_key: str | None = None,
+            correlation_id: str | None = None, phone_number_id: str | None = None) -> int:
+    """Queue `message` (any Cloud API message body) for `to` (E.164); return the outbox id.
+
+    A known `idempotency_key` returns the existing id; the same key with a different message raises the database's
+    unique-violation error. Invalid input raises `InvalidMessage` before anything is sent to the database."""
+    normalize_recipient(to)
+    validate_message(message)
+    validate_key("idempotency_key", idempotency_key)
+    validate_key("correlation_id", correlation_id)
+    validate_phone_number_id(phone_number_id)
+    body = json.dumps(message, separators=(",", ":"))
+
+    import sqlalchemy as sa
+    from sqlalchemy.orm import Session
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    if isinstance(conn, sa.engine.Connection):
+        return conn.execute(sa.text(_SQL_SQLALCHEMY), {
+            "to_": to, "message": body, "idempotency_key": idempotency_key, "correlation_id": correlation_id,
+            "phone_number_id": phone_number_id}).scalar_one()
+    cursor = conn.cursor()
+    try:
+        cursor.execute(_SQL_DBAPI, (to, body, idempotency_key, correlation_id, phone_number_id))
+        return cursor.fetchone()[0]
+    finally:
+        cursor.close()

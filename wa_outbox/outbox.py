@@ -1,0 +1,86 @@
+"""Operations on the outbox for people and the API: look a message up, the dead-letter queue, rate limits, pruning.
+A thin layer over named queries (wa_outbox/sql/), shared by the HTTP API and the CLI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import db
+from .messages import normalize_recipient, InvalidMessage
+
+NOTIFICATION_FIELDS = ("id", "status", "phone_number_id", "recipient", "message", "attempts", "max_attempts",
+                       "next_attempt_at", "last_error", "wamid", "correlation_id", "idempotency_key", "created_at",
+                       "updated_at", "sent_at", "delivered_at", "read_at", "timeline")
+
+
+def enqueue(engine: sa.Engine, *, to: str, message: dict, idempotency_key: str | None, correlation_id: str | None,
+            phone_number_id: str | None) -> tuple[int, str, bool]:
+    """(id, status, created) in one autocommit statement. `engine` must be an autocommit engine."""
+    rows, _ = db.run(engine, "enqueue_one", {
+        "to": to, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": idempotency_key,
+        "correlation_id": correlation_id, "phone_number_id": phone_number_id})
+    return rows[0]
+
+
+def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:
+    rows, _ = db.run(engine, "get_notification", {"id": notification_id})
+    return dict(zip(NOTIFICATION_FIELDS, rows[0])) if rows else None
+
+
+def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
+    """Messages to a phone number, or with a correlation id."""
+    try:
+        recipient = normalize_recipient(term)
+    except InvalidMessage:
+        recipient = None
+    rows, _ = db.run(engine, "find_notifications", {"recipient": recipient, "correlation_id": term, "limit": limit})
+    fields = ("id", "status", "recipient", "attempts", "wamid", "correlation_id", "created_at", "updated_at",
+              "last_error")
+    return [dict(zip(fields, row)) for row in rows]
+
+
+def list_dead(engine: sa.Engine, *, limit: int = 50, before_id: int | None = None,
+              code: int | None = None) -> list[dict[str, Any]]:
+    rows, _ = db.run(engine, "list_dead", {"limit": limit, "before_id": before_id, "code": code})
+    fields = ("id", "recipient", "phone_number_id", "attempts", "last_error", "correlation_id", "created_at",
+              "died_at")
+    return [dict(zip(fields, row)) for row in rows]
+
+
+def requeue(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, code: int | None = None,
+            recipient: str | None = None, actor: str) -> list[int]:
+    rows, _ = db.run(engine, "requeue", {"ids": list(ids), "all": all_dead, "code": code, "recipient": recipient,
+                                         "actor": actor})
+    return [row[0] for row in rows]
+
+
+def _with_prune_allowed(engine: sa.Engine, name: str, params: dict) -> tuple:
+    """Run a deleting query in a transaction that opens the append-only timeline's door for itself only."""
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        with raw.transaction():
+            raw.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
+            return raw.execute(db.query(name), params).fetchone()
+
+
+def purge_dead(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, older_than_days: int = 0) -> int:
+    return _with_prune_allowed(engine, "purge_dead", {"ids": list(ids), "all": all_dead,
+                                                      "older_than_days": older_than_days})[0]
+
+
+def prune(engine: sa.Engine, *, days: int) -> tuple[int, int]:
+    return _with_prune_allowed(engine, "prune", {"days": days})
+
+
+def ratelimits(engine: sa.Engine) -> list[tuple]:
+    return db.run(engine, "ratelimit_show")[0]
+
+
+def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
+                  resume: bool) -> tuple:
+    rows, _ = db.run(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
+                                               "burst": burst or max(1.0, mps), "resume": resume})
+    return rows[0]

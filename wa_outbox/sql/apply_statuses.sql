@@ -1,0 +1,64 @@
+-- Apply a batch of Meta status webhooks (sent / delivered / read / played / failed) to the outbox, set-based.
+-- A status finds its message by wamid, or else by the outbox id echoed in biz_opaque_callback_data (a message whose
+-- send answer was lost has no wamid yet). Statuses move a message forward only (status_rank), in whatever order they
+-- arrive; `unknown`, re-`queued` and `dead` messages that Meta reports as sent are `reconciled`: settled, not resent.
+-- Messages still `sending` are left to their worker: their statuses are retried a moment later.
+-- Returns each input event's disposition: applied, retry, or unmatched (not a message this outbox sent).
+WITH s AS (
+    SELECT * FROM jsonb_to_recordset(%(statuses)s::jsonb)
+        AS s(event_id bigint, wamid text, status text, notification_id bigint, errors jsonb, ts bigint)
+), matched AS (
+    SELECT s.*, coalesce(by_wamid.id, by_id.id) AS nid
+    FROM s
+    LEFT JOIN wa_outbox.notifications by_wamid ON by_wamid.wamid = s.wamid
+    LEFT JOIN wa_outbox.notifications by_id
+           ON by_wamid.id IS NULL AND by_id.id = s.notification_id
+          AND (by_id.wamid IS NULL OR by_id.wamid = s.wamid)
+), locked AS (
+    SELECT n.id, n.status, n.wamid, n.attempts, n.correlation_id
+    FROM wa_outbox.notifications n
+    WHERE n.id IN (SELECT nid FROM matched)
+    ORDER BY n.id
+    FOR UPDATE
+), target AS (
+    SELECT m.nid, max(wa_outbox.status_rank(m.status)) AS best_rank, min(m.wamid) AS wamid,
+           (array_agg(m.errors) FILTER (WHERE m.status = 'failed'))[1] AS errors,
+           to_timestamp(min(m.ts) FILTER (WHERE m.status = 'sent')) AS sent_ts,
+           to_timestamp(min(m.ts) FILTER (WHERE m.status = 'delivered')) AS delivered_ts,
+           to_timestamp(min(m.ts) FILTER (WHERE m.status IN ('read', 'played'))) AS read_ts
+    FROM matched m JOIN locked l ON l.id = m.nid
+    WHERE l.status <> 'sending'
+    GROUP BY m.nid
+), updated AS (
+    UPDATE wa_outbox.notifications n
+    SET status = CASE greatest(t.best_rank, wa_outbox.status_rank(n.status))
+                     WHEN 10 THEN 'sent' WHEN 20 THEN 'delivered' WHEN 25 THEN 'failed' ELSE 'read' END,
+        wamid = coalesce(n.wamid, t.wamid),
+        sent_at = coalesce(n.sent_at, t.sent_ts, t.delivered_ts, t.read_ts, now()),
+        delivered_at = coalesce(n.delivered_at, t.delivered_ts),
+        read_at = coalesce(n.read_at, t.read_ts),
+        last_error = CASE WHEN t.errors IS NOT NULL AND t.best_rank = 25
+                          THEN jsonb_build_object('message', 'Meta reported the message failed', 'errors', t.errors)
+                          ELSE n.last_error END,
+        unknown_since = NULL, updated_at = now()
+    FROM target t
+    WHERE n.id = t.nid
+    RETURNING n.id
+), reconciled AS (
+    INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
+    SELECT l.id, 'reconciled', l.attempts,
+           jsonb_build_object('from', l.status, 'wamid', t.wamid, 'reason', 'a status webhook showed Meta accepted it'),
+           l.correlation_id
+    FROM locked l JOIN target t ON t.nid = l.id
+    WHERE l.status IN ('unknown', 'queued', 'dead', 'cancelled')
+), timeline AS (
+    INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
+    SELECT l.id, m.status, l.attempts,
+           jsonb_strip_nulls(jsonb_build_object('wamid', m.wamid, 'errors', m.errors, 'webhook_event_id', m.event_id)),
+           l.correlation_id
+    FROM matched m JOIN locked l ON l.id = m.nid
+    WHERE l.status <> 'sending'
+)
+SELECT m.event_id,
+       CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END
+FROM matched m LEFT JOIN locked l ON l.id = m.nid

@@ -1,0 +1,14 @@
+-- Record the processing outcome of a batch of webhook events: done, retry later (queued + delay), or dead.
+WITH o AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o(id bigint, status text, delay double precision,
+                                                               error text)
+)
+UPDATE wa_outbox.webhook_events w
+SET status = o.status,
+    next_attempt_at = CASE WHEN o.status = 'queued' THEN now() + make_interval(secs => coalesce(o.delay, 0))
+                           ELSE w.next_attempt_at END,
+    last_error = coalesce(o.error, w.last_error),
+    processed_at = CASE WHEN o.status IN ('done', 'dead') THEN now() END,
+    locked_by = NULL, locked_until = NULL
+FROM o
+WHERE w.id = o.id AND w.status = 'processing' AND w.locked_by = %(worker_id)s

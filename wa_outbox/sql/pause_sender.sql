@@ -1,0 +1,7 @@
+-- Pause a sender (throttled, or blocked until a human acts): every worker's claims grant it no tokens until then.
+INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens, paused_until, pause_reason)
+VALUES (%(phone_number_id)s, %(default_mps)s, greatest(1, %(default_mps)s), 0,
+        now() + make_interval(secs => %(seconds)s), %(reason)s)
+ON CONFLICT (phone_number_id) DO UPDATE
+SET paused_until = greatest(r.paused_until, excluded.paused_until), pause_reason = excluded.pause_reason,
+    tokens = 0, updated_at = now()

@@ -1,0 +1,2 @@
+SELECT phone_number_id, mps, burst, round(tokens::numeric, 1) AS tokens, paused_until, pause_reason, updated_at
+FROM wa_outbox.rate_limits ORDER BY phone_number_id

@@ -1,0 +1,33 @@
+-- Record the outcomes of a batch of sends in one statement. Each outcome names the row's next status and timeline
+-- event; the UPDATE only applies while the row is still `sending` under this worker's lease, so a send that
+-- finished after the rescuer took the row changes nothing (the rescuer and a late finisher cannot both win).
+-- Outcome fields: id, status, event, wamid, error, delay (seconds until the next attempt, for `queued`),
+-- refund (give the attempt back: throttling is not the message's fault), detail.
+WITH o AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+        AS o(id bigint, status text, event text, wamid text, error jsonb, delay double precision, refund boolean,
+             detail jsonb)
+), updated AS (
+    UPDATE wa_outbox.notifications n
+    SET status = o.status,
+        attempts = n.attempts - CASE WHEN o.refund THEN 1 ELSE 0 END,
+        wamid = coalesce(o.wamid, n.wamid),
+        last_error = coalesce(o.error, n.last_error),
+        next_attempt_at = CASE WHEN o.status = 'queued'
+                               THEN now() + make_interval(secs => coalesce(o.delay, 0)) ELSE n.next_attempt_at END,
+        sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE n.sent_at END,
+        unknown_since = CASE WHEN o.status = 'unknown' THEN now() END,
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM o
+    WHERE n.id = o.id AND n.status = 'sending' AND n.locked_by = %(worker_id)s
+    RETURNING n.id, n.attempts, n.correlation_id, n.phone_number_id, n.recipient, o.status, o.event, o.detail
+), events AS (
+    INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
+    SELECT id, event, attempts, detail, correlation_id FROM updated
+), paired AS (  -- a successful send clears a recipient's pair-rate strikes
+    UPDATE wa_outbox.contacts c SET pair_strikes = 0, pair_paused_until = NULL, updated_at = now()
+    FROM updated u
+    WHERE u.status = 'sent' AND c.phone_number_id = u.phone_number_id AND c.wa_id = u.recipient
+      AND c.pair_strikes > 0
+)
+SELECT id, status FROM updated

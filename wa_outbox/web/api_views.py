@@ -1,0 +1,145 @@
+"""The enqueue and support API under /v1, behind bearer tokens (WA_OUTBOX_API_TOKENS).
+
+POST /v1/messages                  enqueue → 202 {"id", "status"}; Idempotency-Key honoured (same key → same id;
+                                   a different body → 409)
+GET  /v1/messages/<id>             status, attempts, last error, wamid and the timeline
+GET  /v1/messages?q=<phone|corr>   recent messages to a phone number or with a correlation id
+GET  /v1/dead                      the dead-letter queue (?limit, ?before_id, ?code)
+POST /v1/messages/<id>/retry       requeue a dead (or Meta-failed) message
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+import psycopg
+from flask import Blueprint, current_app, g, jsonify, request
+
+from .. import outbox
+from ..messages import InvalidMessage, normalize_recipient, validate_key, validate_message, \
+    validate_phone_number_id
+from .errors import json_error
+
+blueprint = Blueprint("api", __name__, url_prefix="/v1")
+MAX_API_BODY = 128 * 1024
+_FIELDS = {"to", "message", "correlation_id", "phone_number_id"}
+
+
+def _engine():
+    from . import engine_of
+    return engine_of(current_app)
+
+
+@blueprint.before_request
+def _require_token():
+    from . import settings_of
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        response, status = json_error(401, "missing bearer token: send Authorization: Bearer <token>")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox"'
+        return response, status
+    # Compare against every token, always, so timing says nothing about which one nearly matched.
+    matches = [hmac.compare_digest(token.encode(), t.encode()) for t in settings_of(current_app).api_tokens]
+    if not any(matches):
+        response, status = json_error(401, "invalid bearer token")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox", error="invalid_token"'
+        return response, status
+    return None
+
+
+@blueprint.post("/messages")
+def create_message():
+    if request.content_length is not None and request.content_length > MAX_API_BODY:
+        return json_error(413, f"body is larger than {MAX_API_BODY} bytes")
+    raw = request.get_data(cache=False)
+    if len(raw) > MAX_API_BODY:
+        return json_error(413, f"body is larger than {MAX_API_BODY} bytes")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return json_error(400, f"body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return json_error(400, 'body must be a JSON object: {"to": "+5511…", "message": {…}}')
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        return json_error(400, f"unknown field(s): {', '.join(unknown)}; expected {', '.join(sorted(_FIELDS))}")
+    try:
+        normalize_recipient(data.get("to"))
+        validate_message(data.get("message"))
+        correlation_id = validate_key("correlation_id", data.get("correlation_id")) or g.correlation_id
+        phone_number_id = validate_phone_number_id(data.get("phone_number_id"))
+        idempotency_key = validate_key("Idempotency-Key", request.headers.get("Idempotency-Key"))
+    except InvalidMessage as exc:
+        return json_error(400, str(exc))
+    try:
+        notification_id, status, created = outbox.enqueue(
+            _engine(), to=data["to"], message=data["message"], idempotency_key=idempotency_key,
+            correlation_id=correlation_id, phone_number_id=phone_number_id)
+    except psycopg.errors.UniqueViolation:
+        return json_error(409, f"Idempotency-Key {idempotency_key!r} was already used for a different message")
+    except psycopg.errors.InvalidParameterValue as exc:
+        return json_error(400, exc.diag.message_primary or str(exc))
+    response = jsonify(id=notification_id, status=status)
+    response.headers["Location"] = f"/v1/messages/{notification_id}"
+    if not created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response, 202
+
+
+@blueprint.get("/messages/<int:notification_id>")
+def get_message(notification_id: int):
+    found = outbox.get(_engine(), notification_id)
+    if found is None:
+        return json_error(404, f"no message {notification_id}")
+    return jsonify(found)
+
+
+@blueprint.get("/messages")
+def find_messages():
+    term = request.args.get("q", "").strip()
+    if not term:
+        return json_error(400, "give ?q=<phone number or correlation id>")
+    return jsonify(messages=outbox.find(_engine(), term, limit=_int_arg("limit", 20, 1, 200)))
+
+
+@blueprint.get("/dead")
+def list_dead():
+    return jsonify(dead=outbox.list_dead(_engine(), limit=_int_arg("limit", 50, 1, 500),
+                                         before_id=_int_arg("before_id", None, 1, None),
+                                         code=_int_arg("code", None, None, None)))
+
+
+@blueprint.post("/messages/<int:notification_id>/retry")
+def retry_message(notification_id: int):
+    requeued = outbox.requeue(_engine(), ids=[notification_id], actor="api")
+    if requeued:
+        return jsonify(id=notification_id, status="queued")
+    found = outbox.get(_engine(), notification_id)
+    if found is None:
+        return json_error(404, f"no message {notification_id}")
+    return json_error(409, f"message {notification_id} is {found['status']}: only dead or failed messages are "
+                           "retried")
+
+
+class _BadArg(Exception):
+    pass
+
+
+def _int_arg(name: str, default, low, high):
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _BadArg(f"?{name} must be an integer") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise _BadArg(f"?{name} must be between {low} and {high}")
+    return value
+
+
+@blueprint.errorhandler(_BadArg)
+def _bad_arg(exc: _BadArg):
+    return json_error(400, str(exc))

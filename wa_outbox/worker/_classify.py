@@ -1,0 +1,109 @@
+"""What to do after a send, decided from what the transport saw: Graph `error.code` first, HTTP status second.
+Pure: no I/O, tested without a database. The table follows FACTS.md (Meta's error codes)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Action(enum.Enum):
+    SENT = "sent"                    # accepted: wamid returned
+    RETRY = "retry"                  # transient: back off and try again (attempt counted)
+    RETRY_AT = "retry_at"            # transient with a known wait (maintenance, marketing cap)
+    THROTTLE_SENDER = "throttle"     # the sender is over a rate: pause it, the message waits without an attempt
+    PAUSE_SENDER = "pause_sender"    # nothing will work until a human acts (auth, blocked): pause, alert
+    PAIR_LIMIT = "pair_limit"        # too fast to this recipient: pause the recipient only
+    DEAD = "dead"                    # permanent: dead-letter queue now
+    UNKNOWN = "unknown"              # the request may have reached Meta: settle from status webhooks
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What happened on the wire."""
+    http_status: int | None = None
+    body: Any = None                   # parsed JSON, when there was some
+    failure: str | None = None         # connect | read_timeout | connection_lost | bad_response
+    failure_detail: str | None = None
+    retry_after: float | None = None   # seconds, from a Retry-After header
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    code: int | None = None
+    wamid: str | None = None
+    wait_seconds: float | None = None  # RETRY_AT delay, or how long to pause a sender
+    alert: bool = False
+    error: dict | None = None          # Meta's error object, kept on the row
+
+
+RETRYABLE = {1, 2, 131000, 131016, 133004}
+SENDER_THROTTLED = {4, 80007, 130429}
+SENDER_BROKEN = {0, 190, 368, 131031, 131042}
+PERMISSION = {3, 10, 131005} | set(range(200, 300))
+PERMANENT = {131050, 131026, 131047, 131051, 100, 131008, 131009, 131021, 133010} | set(range(132000, 132017))
+ALERTING = SENDER_BROKEN | {133010}
+
+THROTTLE_PAUSE_SECONDS = {130429: 2.0, 80007: 60.0, 4: 60.0}
+BROKEN_SENDER_PAUSE_SECONDS = 300.0   # re-probe every 5 minutes until the token or account is fixed
+MAINTENANCE_WAIT_SECONDS = 60.0       # 131057: "about a minute"
+MARKETING_CAP_WAIT_SECONDS = 86400.0  # 131049: no sooner than 24 h
+SPAM_LIMIT_WAIT_SECONDS = 3600.0      # 131048: do not blind-retry
+
+
+def classify(result: SendResult) -> Decision:
+    if result.failure == "connect":
+        return Decision(Action.RETRY, f"could not connect, nothing was sent: {result.failure_detail}")
+    if result.failure in ("read_timeout", "connection_lost"):
+        return Decision(Action.UNKNOWN, f"{result.failure.replace('_', ' ')} after the request was sent: "
+                                        f"{result.failure_detail}")
+    status = result.http_status or 0
+    body = result.body if isinstance(result.body, dict) else {}
+    if 200 <= status < 300:
+        messages = body.get("messages")
+        wamid = messages[0].get("id") if isinstance(messages, list) and messages and isinstance(messages[0], dict) \
+            else None
+        if isinstance(wamid, str) and wamid:
+            return Decision(Action.SENT, "accepted", wamid=wamid)
+        return Decision(Action.UNKNOWN, f"HTTP {status} without a message id: Meta may have accepted it")
+
+    error = body.get("error") if isinstance(body.get("error"), dict) else None
+    code = error.get("code") if error else None
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    message = (error or {}).get("message") or f"HTTP {status}"
+    details = ((error or {}).get("error_data") or {}).get("details") if isinstance(
+        (error or {}).get("error_data"), dict) else None
+    reason = f"{code}: {message}" + (f" ({details})" if details else "") if code is not None else message
+
+    def decided(action: Action, wait: float | None = None, alert: bool = False) -> Decision:
+        return Decision(action, reason, code=code, wait_seconds=wait, alert=alert or code in ALERTING, error=error)
+
+    if code is not None:
+        if code in SENDER_BROKEN:
+            return decided(Action.PAUSE_SENDER, BROKEN_SENDER_PAUSE_SECONDS, alert=True)
+        if code in SENDER_THROTTLED:
+            return decided(Action.THROTTLE_SENDER, result.retry_after or THROTTLE_PAUSE_SECONDS[code])
+        if code == 131056:
+            return decided(Action.PAIR_LIMIT)
+        if code == 131057:
+            return decided(Action.RETRY_AT, max(result.retry_after or 0, MAINTENANCE_WAIT_SECONDS))
+        if code == 131049:
+            return decided(Action.RETRY_AT, MARKETING_CAP_WAIT_SECONDS)
+        if code == 131048:
+            return decided(Action.RETRY_AT, max(result.retry_after or 0, SPAM_LIMIT_WAIT_SECONDS), alert=True)
+        if code in RETRYABLE:
+            return decided(Action.RETRY_AT if result.retry_after else Action.RETRY, result.retry_after)
+        if code in PERMISSION or code in PERMANENT:
+            return decided(Action.DEAD)
+    # An unlisted code, or no Graph error at all: the HTTP status decides.
+    if status == 429:
+        return decided(Action.THROTTLE_SENDER, result.retry_after or THROTTLE_PAUSE_SECONDS[130429])
+    if status >= 500 or status == 0:
+        return decided(Action.RETRY_AT if result.retry_after else Action.RETRY, result.retry_after)
+    if result.failure == "bad_response":
+        return Decision(Action.UNKNOWN, f"unreadable answer (HTTP {status}): {result.failure_detail}")
+    return decided(Action.DEAD)

@@ -1,0 +1,62 @@
+"""From a send's Decision to the row's next state: status, timeline event, delay. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._classify import Action, Decision
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A row this worker claimed and must send."""
+    id: int
+    phone_number_id: str
+    recipient: str
+    message: dict[str, Any]
+    attempts: int
+    max_attempts: int
+    correlation_id: str | None
+
+
+def request_body(row: Claimed) -> dict[str, Any]:
+    """The Cloud API body: the stored message plus the fields wa-outbox owns. The outbox id rides in
+    biz_opaque_callback_data, which Meta echoes on every status webhook of this message."""
+    return {"messaging_product": "whatsapp", "recipient_type": "individual", "to": f"+{row.recipient}",
+            **row.message, "biz_opaque_callback_data": str(row.id)}
+
+
+def outcome(row: Claimed, decision: Decision, backoff: Callable[[int], float], elapsed_ms: float) -> dict[str, Any]:
+    """The record_outcomes entry for one send."""
+    error = None if decision.action is Action.SENT else {
+        "message": decision.reason, "code": decision.code, "graph_error": decision.error}
+    detail: dict[str, Any] = {"ms": round(elapsed_ms, 1)}
+    if decision.action is Action.SENT:
+        return _entry(row, "sent", "sent", {**detail, "wamid": decision.wamid}, wamid=decision.wamid)
+    if decision.action is Action.UNKNOWN:
+        return _entry(row, "unknown", "unknown", {**detail, "reason": decision.reason}, error=error)
+    if decision.action is Action.DEAD:
+        return _entry(row, "dead", "dead", {**detail, "reason": decision.reason, "code": decision.code}, error=error)
+    if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
+        event = {Action.THROTTLE_SENDER: "throttled", Action.PAUSE_SENDER: "sender_paused",
+                 Action.PAIR_LIMIT: "pair_limited"}[decision.action]
+        # Not the message's fault: the attempt is given back, and the pause decides when it goes again.
+        return _entry(row, "queued", event, {**detail, "reason": decision.reason, "code": decision.code},
+                      error=error, delay=0.0, refund=True)
+    # RETRY / RETRY_AT: an attempt spent
+    if row.attempts >= row.max_attempts:
+        return _entry(row, "dead", "dead", {**detail, "reason": f"attempts exhausted ({row.attempts}): "
+                                                               f"{decision.reason}", "code": decision.code},
+                      error=error)
+    delay = decision.wait_seconds if decision.action is Action.RETRY_AT and decision.wait_seconds is not None \
+        else backoff(row.attempts)
+    return _entry(row, "queued", "retry_scheduled",
+                  {**detail, "reason": decision.reason, "code": decision.code, "retry_in_s": round(delay, 3)},
+                  error=error, delay=delay)
+
+
+def _entry(row: Claimed, status: str, event: str, detail: dict, *, wamid: str | None = None,
+           error: dict | None = None, delay: float | None = None, refund: bool = False) -> dict[str, Any]:
+    return {"id": row.id, "status": status, "event": event, "wamid": wamid, "error": error, "delay": delay,
+            "refund": refund, "detail": detail}

@@ -1,0 +1,173 @@
+"""The outbound pipeline of one worker: claim due messages into free send slots, send them concurrently through one
+pooled HTTP session, and record their outcomes in batches.
+
+Claiming only as many rows as there are free slots means every claimed row goes on the wire at once: nothing sits
+claimed-but-unsent behind a busy thread, so the lease covers exactly the sends in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import sqlalchemy as sa
+
+from .. import db
+from ..config import Settings
+from ._classify import Action, Decision, SendResult, classify
+from ._outcomes import Claimed, outcome, request_body
+from ._transport import Transport
+
+log = logging.getLogger("wa_outbox.worker")
+
+
+class Sender:
+    def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
+                 backoff: Callable[[int], float]):
+        self.engine = engine
+        self.transport = transport
+        self.settings = settings
+        self.worker_id = worker_id
+        self.backoff = backoff
+        self.concurrency = settings.worker_concurrency
+        self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._outcomes: queue.Queue[tuple[Claimed, Decision | None, dict]] = queue.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
+        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
+
+    # --- producer (runs on the worker's main thread) ------------------------------------------------------------
+
+    def produce(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            self.wake.clear()
+            free = self.concurrency - self.in_flight
+            if free > 0:
+                try:
+                    rows = self._claim(free)
+                except Exception:  # noqa: BLE001 - the database is away: wait and try again
+                    log.exception("claim failed")
+                    stopping.wait(self.settings.poll_interval)
+                    continue
+                for row in rows:
+                    self._start(row)
+                if len(rows) == free:
+                    continue  # there is probably more: claim again as slots free up
+            self.wake.wait(self.settings.poll_interval)
+
+    def _claim(self, limit: int) -> list[Claimed]:
+        rows, _ = db.run(self.engine, "claim_notifications", {
+            "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
+            "default_mps": self.settings.rate_limit_mps})
+        self.stats["claimed"] += len(rows)
+        return [Claimed(*row) for row in rows]
+
+    def _start(self, row: Claimed) -> None:
+        with self._lock:
+            self._in_flight += 1
+        self._executor.submit(self._send, row)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    # --- a send (runs on a send thread) --------------------------------------------------------------------------
+
+    def _send(self, row: Claimed) -> None:
+        try:
+            result = self.transport.send(row.phone_number_id, request_body(row))
+            decision = classify(result)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
+            log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
+            result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
+        self._outcomes.put((row, decision, outcome(row, decision, self.backoff, result.elapsed_ms)))
+        with self._lock:
+            self._in_flight -= 1
+        self.wake.set()
+
+    # --- recorder (runs on its own thread) -----------------------------------------------------------------------
+
+    def record(self, done: threading.Event) -> None:
+        """Record outcomes in batches until `done` is set and nothing is left in flight or queued."""
+        while True:
+            batch = self._drain(timeout=0.05)
+            if batch:
+                self._record(batch, done)
+            elif done.is_set() and self.in_flight == 0 and self._outcomes.empty():
+                return
+
+    def _drain(self, timeout: float, most: int = 1000) -> list[tuple[Claimed, Decision | None, dict]]:
+        try:
+            batch = [self._outcomes.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while len(batch) < most:
+            try:
+                batch.append(self._outcomes.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _record(self, batch: list[tuple[Claimed, Decision | None, dict]], done: threading.Event) -> None:
+        deadline = time.monotonic() + self.settings.lease_seconds
+        while True:
+            try:
+                self._apply_pauses(batch)
+                db.run(self.engine, "record_outcomes", {
+                    "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
+                break
+            except Exception:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
+                log.exception("recording %d outcomes failed; retrying", len(batch))
+                if time.monotonic() > deadline:
+                    log.error("gave up recording %d outcomes: their leases expire and the rescuer settles them",
+                              len(batch))
+                    return
+                time.sleep(1.0)
+        for row, decision, entry in batch:
+            self._log(row, decision, entry)
+
+    def _apply_pauses(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
+        """Sender pauses (one statement per paused sender) and recipient pauses (one per limited recipient):
+        rare events, before the outcomes so the next claim already sees them."""
+        senders: dict[str, Decision] = {}
+        for row, decision, _ in batch:
+            if decision and decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
+                senders.setdefault(row.phone_number_id, decision)
+            elif decision and decision.action is Action.PAIR_LIMIT:
+                db.run(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id,
+                                                        "wa_id": row.recipient})
+        for sender, decision in senders.items():
+            db.run(self.engine, "pause_sender", {
+                "phone_number_id": sender, "seconds": decision.wait_seconds or 1.0, "reason": decision.reason,
+                "default_mps": self.settings.rate_limit_mps})
+            (log.error if decision.alert else log.warning)(
+                "sender %s paused for %.0f s: %s", sender, decision.wait_seconds or 1.0, decision.reason,
+                extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": sender})
+
+    def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
+        status = entry["status"]
+        key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
+            status, "throttled" if entry.get("refund") else "retry")
+        self.stats[key] += 1
+        level = {"sent": logging.DEBUG, "dead": logging.WARNING}.get(status, logging.INFO)
+        if log.isEnabledFor(level):
+            log.log(level, "notification %s %s", row.id, entry["event"],
+                    extra={"notification_id": row.id, "correlation_id": row.correlation_id,
+                           "attempt": row.attempts, "detail": entry["detail"]})
+
+    # --- shutdown ----------------------------------------------------------------------------------------------------
+
+    def drain(self, grace_seconds: float) -> int:
+        """Wait for in-flight sends to finish; return how many are still running when the grace is up."""
+        deadline = time.monotonic() + grace_seconds
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        return self.in_flight
