@@ -139,3 +139,25 @@ def load_corpus() -> dict[str, dict]:
         for name, payload in json.loads(path.read_text()).items():
             corpus[f"pywa:{path.stem}:{name}"] = payload
     return corpus
+
+
+@pytest.fixture(scope="session")
+def receiver_url(app):
+    """The real web app on a real socket, for the simulator's status webhooks."""
+    from tests.live import serve
+    with serve(app) as url:
+        yield url
+
+
+@pytest.fixture
+def sim(receiver_url):
+    from wa_outbox.simulator import SimulatorServer
+    with SimulatorServer(access_token="test-access-token", app_secret=APP_SECRET,
+                         webhook_url=f"{receiver_url}/webhooks/whatsapp", status_delays_ms=(20, 40, 60),
+                         seed=7) as server:
+        yield server
+
+
+@pytest.fixture
+def sender(db):
+    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '100000000000001')")

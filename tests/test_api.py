@@ -10,10 +10,6 @@ AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 TEXT = {"type": "text", "text": {"body": "Olá"}}
 
 
-@pytest.fixture
-def sender(db):
-    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '100000000000001')")
-
 
 def post(client, body, headers=None):
     return client.post("/v1/messages", json=body, headers={**AUTH, **(headers or {})})

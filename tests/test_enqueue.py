@@ -18,10 +18,6 @@ EXAMPLES = json.loads((DATA / "openapi" / "message-examples.json").read_text())
 TEXT = {"type": "text", "text": {"body": "Your order shipped"}}
 
 
-@pytest.fixture
-def sender(db):
-    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '100000000000001')")
-
 
 @pytest.fixture
 def app_engine(database_url):
@@ -107,3 +103,34 @@ def test_sql_enqueue_infers_the_type_of_a_body_without_one(db, sender):
     assert "type" not in reply
     nid = db.execute("SELECT wa_outbox.enqueue('+16505551234', %s::jsonb)", (json.dumps(reply),)).fetchone()[0]
     assert nid > 0
+
+
+def test_enqueue_many_returns_ids_in_order_in_the_callers_transaction(app_engine, db, sender):
+    from wa_outbox import enqueue_many
+    items = [{"to": f"+55119{i:08d}", "message": TEXT, "correlation_id": f"c{i}"} for i in range(500)]
+    items[10]["idempotency_key"] = "k-10"
+    with app_engine.begin() as conn:
+        ids = enqueue_many(conn, items)
+    assert len(ids) == 500 and len(set(ids)) == 500
+    rows = dict(db.execute("SELECT id, correlation_id FROM wa_outbox.notifications").fetchall())
+    assert [rows[i] for i in ids] == [f"c{i}" for i in range(500)]
+    assert count(db, "notification_events") == 500
+    # again, with a known key in a new batch: the existing id comes back in its place
+    with app_engine.begin() as conn:
+        again = enqueue_many(conn, [{"to": "+5511900000000", "message": TEXT, "idempotency_key": "k-new"},
+                                    items[10]])
+    assert again[1] == ids[10] and count(db) == 501
+    with pytest.raises(RuntimeError), app_engine.begin() as conn:
+        enqueue_many(conn, [{"to": "+5511900000001", "message": TEXT}])
+        raise RuntimeError("rolled back")
+    assert count(db) == 501
+
+
+def test_enqueue_many_is_all_or_nothing(app_engine, db, sender):
+    from wa_outbox import enqueue_many
+    with app_engine.begin() as conn, pytest.raises(InvalidMessage, match="item 1: invalid recipient"):
+        enqueue_many(conn, [{"to": "+5511987654321", "message": TEXT}, {"to": "42", "message": TEXT}])
+    bad = json.dumps([{"to": "+5511987654321", "message": TEXT}, {"to": "+5511987654321", "message": {"type": "x"}}])
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="item 2 : unknown message type"):
+        db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,))
+    assert count(db) == 0

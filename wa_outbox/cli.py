@@ -160,22 +160,52 @@ def _require_schema(settings: Settings) -> None:
 
 @main.command()
 @click.option("--port", type=int, default=8000, show_default=True, help="Port of the web app.")
-def dev(port: int) -> None:
-    """Everything on this machine: embedded Postgres (unless DATABASE_URL), migrations, web app."""
+@click.option("--simulator-port", type=int, default=9000, show_default=True, help="Port of the Graph API simulator.")
+@click.option("--status-delay-ms", type=click.FloatRange(min=0), default=200, show_default=True,
+              help="Simulator: sent after N ms, delivered after 2N, read after 3N.")
+def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
+    """Everything on this machine: Postgres, migrations, web app, worker, and the Graph API simulator in place of
+    Meta (unless WHATSAPP_API_BASE_URL is set), wired together. Ctrl-C stops it all."""
     for name, value in DEV_DEFAULTS.items():
         os.environ.setdefault(name, value)
     os.environ["PORT"] = str(port)
+    os.environ["WA_OUTBOX_BIND"] = f"127.0.0.1:{port}"
+    os.environ.setdefault("WA_OUTBOX_POLL_INTERVAL", "0.5")
+    simulate = "WHATSAPP_API_BASE_URL" not in os.environ
+    sim_url = f"http://127.0.0.1:{simulator_port}"
+    if simulate:
+        os.environ["WHATSAPP_API_BASE_URL"] = f"{sim_url}/v23.0"
     settings = _settings()
     from . import migrate
     migrate.upgrade(settings.database_url)
     _record_default_sender(settings)
-    base = f"http://127.0.0.1:{port}"
-    click.echo(f"wa-outbox dev: postgres  {_redact(settings.database_url)}")
-    click.echo(f"wa-outbox dev: web       {base}  (webhooks: {base}/webhooks/whatsapp, metrics: {base}/metrics)")
-    click.echo(f"wa-outbox dev: app secret {os.environ['WHATSAPP_APP_SECRET']!r}, "
-               f"verify token {os.environ['WHATSAPP_VERIFY_TOKEN']!r}")
+
+    web_url = f"http://127.0.0.1:{port}"
+    children = {"web": _gunicorn_command(), "worker": [sys.executable, "-m", "wa_outbox.cli", "worker"]}
+    if simulate:
+        children["simulator"] = [sys.executable, "-m", "wa_outbox.cli", "simulator", "--port", str(simulator_port),
+                                 "--webhook-url", f"{web_url}/webhooks/whatsapp",
+                                 "--status-delay-ms", str(status_delay_ms)]
+    token = settings.api_tokens[0]
+    auth = f"-H 'Authorization: Bearer {token}'"
+    click.echo(f"wa-outbox dev: postgres   {_redact(settings.database_url)}")
+    click.echo(f"wa-outbox dev: web        {web_url}  (webhooks {web_url}/webhooks/whatsapp, "
+               f"metrics {web_url}/metrics, API token {token})")
+    click.echo(f"wa-outbox dev: worker     sending to {settings.api_base_url}")
+    if simulate:
+        click.echo(f"wa-outbox dev: simulator  {sim_url}/v23.0  (admin {sim_url}/_admin/: faults, messages, inbound)")
+    click.echo("wa-outbox dev: try it — enqueue a message, then show its timeline a second later:")
+    click.echo(f"  ID=$(curl -s {auth} -H 'Content-Type: application/json' -d "
+               f"'{{\"to\": \"+5511987654321\", \"message\": {{\"type\": \"text\", \"text\": {{\"body\": "
+               f"\"Hello from wa-outbox\"}}}}}}' {web_url}/v1/messages | sed 's/.*\"id\": *\\([0-9]*\\).*/\\1/'); "
+               f"sleep 1; curl -s {auth} {web_url}/v1/messages/$ID")
+    if simulate:
+        click.echo("wa-outbox dev: make Meta misbehave (30% transient errors, 20% lost responses):")
+        click.echo(f"  curl -s -X PUT {sim_url}/_admin/faults -H 'Content-Type: application/json' -d "
+                   f"'[{{\"mode\": \"error\", \"code\": 131000, \"rate\": 0.3}}, "
+                   f"{{\"mode\": \"lost_response\", \"rate\": 0.2}}]'")
     click.echo("wa-outbox dev: Ctrl-C stops everything")
-    sys.exit(_run_children({"web": _gunicorn_command()}))
+    sys.exit(_run_children(children))
 
 
 # --- operators: send, status, dead-letter queue, rate limits, retention ------------------------------------------------
@@ -417,6 +447,19 @@ def _redact(url: str) -> str:
     if at and ":" in userinfo:
         userinfo = userinfo.split(":", 1)[0] + ":***"
     return f"{scheme}://{userinfo}{at}{host}"
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []}, add_help_option=False)
+@click.pass_context
+def simulator(ctx: click.Context) -> None:
+    """Run the Graph API simulator: a fake WhatsApp Cloud API with fault injection and signed status webhooks."""
+    # Imported on use: the simulator needs the `simulator` extra (jsonschema), production installs do not.
+    try:
+        from .simulator.cli import simulator_command
+    except ImportError as exc:
+        raise click.ClickException(f"the simulator needs pip install 'wa-outbox[simulator]' ({exc})") from None
+    simulator_command.main(args=ctx.args, prog_name="wa-outbox simulator", standalone_mode=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import normalize_recipient, validate_key, validate_message, validate_phone_number_id
+from .messages import InvalidMessage, normalize_recipient, validate_key, validate_message, \
+    validate_phone_number_id
 
 _SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s)"
 _SQL_SQLALCHEMY = ("SELECT wa_outbox.enqueue(:to_, CAST(:message AS jsonb), :idempotency_key, :correlation_id, "
@@ -42,5 +43,40 @@ def enqueue(conn: Any, *, to: str, message: dict[str, Any], idempotency_key: str
     try:
         cursor.execute(_SQL_DBAPI, (to, body, idempotency_key, correlation_id, phone_number_id))
         return cursor.fetchone()[0]
+    finally:
+        cursor.close()
+
+
+def enqueue_many(conn: Any, items: list[dict[str, Any]]) -> list[int]:
+    """Queue many messages in one statement (campaigns, imports); return their ids in input order.
+
+    Each item: {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}. All or nothing:
+    an invalid item raises `InvalidMessage` (naming its index) and nothing is queued."""
+    for index, item in enumerate(items):
+        try:
+            if not isinstance(item, dict):
+                raise InvalidMessage("must be an object")
+            normalize_recipient(item.get("to"))
+            validate_message(item.get("message"))
+            validate_key("idempotency_key", item.get("idempotency_key"))
+            validate_key("correlation_id", item.get("correlation_id"))
+            validate_phone_number_id(item.get("phone_number_id"))
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"item {index}: {exc}") from None
+    if not items:
+        return []
+    payload = json.dumps(items, separators=(",", ":"))
+
+    import sqlalchemy as sa
+    from sqlalchemy.orm import Session
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    if isinstance(conn, sa.engine.Connection):
+        return list(conn.execute(sa.text("SELECT wa_outbox.enqueue_many(CAST(:items AS jsonb))"),
+                                 {"items": payload}).scalar_one())
+    cursor = conn.cursor()
+    try:
+        cursor.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (payload,))
+        return list(cursor.fetchone()[0])
     finally:
         cursor.close()

@@ -263,6 +263,90 @@ BEGIN
     RETURN v_id;
 END $$;
 
+-- enqueue_many(): many messages in one call, set-based (campaigns, imports). `items` is a JSON array of
+-- {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}; returns the ids in input order
+-- (the existing id for a known idempotency key). All or nothing: one invalid item refuses the whole call.
+CREATE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    v_bad record;
+    v_new bigint[];
+    v_keys text[];
+    v_hashes text[];
+    v_ids bigint[];
+    v_conflict boolean;
+BEGIN
+    IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Validation, set-based: the first offending item is reported.
+    SELECT i.ord, CASE
+        WHEN jsonb_typeof(i.item) <> 'object' THEN 'must be an object'
+        WHEN ltrim(regexp_replace(coalesce(i.item->>'to', ''), '[\s().-]', '', 'g'), '+') !~ '^[1-9][0-9]{6,14}$'
+            THEN 'invalid recipient ' || coalesce(i.item->>'to', 'null')
+        WHEN jsonb_typeof(i.item->'message') IS DISTINCT FROM 'object' THEN 'message must be a JSON object'
+        WHEN coalesce(i.item->'message'->>'type', 'text') NOT IN ('text', 'template', 'image', 'audio', 'video',
+                 'document', 'sticker', 'location', 'contacts', 'interactive', 'reaction')
+            THEN 'unknown message type ' || (i.item->'message'->>'type')
+        WHEN (i.item->'message') ? 'status' THEN 'read receipts are not outbound messages'
+        WHEN coalesce(i.item->>'phone_number_id', v_default) IS NULL THEN 'no sender'
+        WHEN coalesce(i.item->>'phone_number_id', v_default) !~ '^[0-9]{1,32}$' THEN 'invalid phone_number_id'
+        END AS problem
+    INTO v_bad
+    FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    WHERE jsonb_typeof(i.item) <> 'object'
+       OR ltrim(regexp_replace(coalesce(i.item->>'to', ''), '[\s().-]', '', 'g'), '+') !~ '^[1-9][0-9]{6,14}$'
+       OR jsonb_typeof(i.item->'message') IS DISTINCT FROM 'object'
+       OR coalesce(i.item->'message'->>'type', 'text') NOT IN ('text', 'template', 'image', 'audio', 'video',
+              'document', 'sticker', 'location', 'contacts', 'interactive', 'reaction')
+       OR (i.item->'message') ? 'status'
+       OR coalesce(i.item->>'phone_number_id', v_default) IS NULL
+       OR coalesce(i.item->>'phone_number_id', v_default) !~ '^[0-9]{1,32}$'
+    ORDER BY i.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'item % : %', v_bad.ord, v_bad.problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Ids are drawn first, so each item knows its id whether or not its row goes in (a known key does not).
+    WITH input AS (
+        SELECT i.ord, nextval(pg_get_serial_sequence('wa_outbox.notifications', 'id')) AS new_id,
+               coalesce(i.item->>'phone_number_id', v_default) AS sender,
+               ltrim(regexp_replace(i.item->>'to', '[\s().-]', '', 'g'), '+') AS recipient,
+               (i.item->'message') - 'to' - 'messaging_product' - 'recipient_type' - 'biz_opaque_callback_data'
+                   AS body,
+               i.item->>'idempotency_key' AS key, i.item->>'correlation_id' AS correlation_id
+        FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), hashed AS (
+        SELECT *, md5(sender || '|' || recipient || '|' || body::text) AS request_hash FROM input
+    ), inserted AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT new_id, sender, recipient, body, key, request_hash, correlation_id FROM hashed ORDER BY ord
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, correlation_id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+        SELECT id, 'queued', 0, correlation_id FROM inserted
+    )
+    SELECT array_agg(new_id ORDER BY ord), array_agg(key ORDER BY ord), array_agg(request_hash ORDER BY ord)
+    INTO v_new, v_keys, v_hashes
+    FROM hashed;
+
+    -- A new statement, a new snapshot: rows just inserted are visible, so keyed items resolve to the stored id.
+    SELECT array_agg(coalesce(n.id, t.new_id) ORDER BY t.ord),
+           bool_or(n.request_hash IS DISTINCT FROM t.request_hash AND n.id IS NOT NULL)
+    INTO v_ids, v_conflict
+    FROM unnest(v_new, v_keys, v_hashes) WITH ORDINALITY AS t(new_id, key, request_hash, ord)
+    LEFT JOIN wa_outbox.notifications n ON t.key IS NOT NULL AND n.idempotency_key = t.key;
+    IF v_conflict THEN
+        RAISE EXCEPTION 'an idempotency key was already used for a different message'
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    PERFORM pg_notify('wa_outbox_notifications', '');
+    RETURN coalesce(v_ids, '{}');
+END $$;
+
 -- Support: a message's whole story in one query.
 CREATE VIEW wa_outbox.notification_timeline AS
 SELECT n.id AS notification_id, n.recipient, n.phone_number_id, n.status AS current_status, n.correlation_id,

@@ -51,13 +51,14 @@ WITH s AS (
            l.correlation_id
     FROM locked l JOIN target t ON t.nid = l.id
     WHERE l.status IN ('unknown', 'queued', 'dead', 'cancelled')
-), timeline AS (
+), timeline AS (  -- Meta's `sent` repeats what the send already recorded; `reconciled` covers the other case
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT l.id, m.status, l.attempts,
            jsonb_strip_nulls(jsonb_build_object('wamid', m.wamid, 'errors', m.errors, 'webhook_event_id', m.event_id)),
            l.correlation_id
     FROM matched m JOIN locked l ON l.id = m.nid
-    WHERE l.status <> 'sending'
+    WHERE l.status <> 'sending' AND m.status <> 'sent'
+    ORDER BY m.event_id  -- in the order the webhooks arrived
 )
 SELECT m.event_id,
        CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END

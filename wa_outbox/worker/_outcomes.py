@@ -41,9 +41,10 @@ def outcome(row: Claimed, decision: Decision, backoff: Callable[[int], float], e
     if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
         event = {Action.THROTTLE_SENDER: "throttled", Action.PAUSE_SENDER: "sender_paused",
                  Action.PAIR_LIMIT: "pair_limited"}[decision.action]
-        # Not the message's fault: the attempt is given back, and the pause decides when it goes again.
+        # Not the message's fault: the attempt is given back. It waits out the sender's pause; a recipient's pause
+        # (4^n s, counted in the database) is applied by the next claim.
         return _entry(row, "queued", event, {**detail, "reason": decision.reason, "code": decision.code},
-                      error=error, delay=0.0, refund=True)
+                      error=error, delay=decision.wait_seconds or 0.0, refund=True)
     # RETRY / RETRY_AT: an attempt spent
     if row.attempts >= row.max_attempts:
         return _entry(row, "dead", "dead", {**detail, "reason": f"attempts exhausted ({row.attempts}): "

@@ -1,0 +1,102 @@
+"""The operator CLI: send, status, dead-letter queue, rate limits, prune (click's runner, real Postgres)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from wa_outbox import cli
+
+
+@pytest.fixture
+def run(database_url, monkeypatch):
+    monkeypatch.setattr(cli.logs, "configure", lambda level: None)  # keep pytest's log capture
+    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
+
+    def invoke(*args: str, input: str | None = None):
+        return CliRunner().invoke(cli.main, list(args), env=env, input=input, catch_exceptions=False)
+    return invoke
+
+
+def make_dead(db, nid: int, code: int = 131026) -> None:
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead', attempts = 3, last_error = "
+               "jsonb_build_object('message', %s::text, 'code', %s::int) WHERE id = %s",
+               (f"{code}: undeliverable", code, nid))
+
+
+def test_send_prints_the_id_and_honours_idempotency(run, db):
+    r = run("send", "--to", "+5511987654321", "--text", "Olá", "--idempotency-key", "k1", "--correlation-id", "c1")
+    assert r.exit_code == 0, r.output
+    nid = int(r.output.split("\t")[0])
+    again = run("send", "--to", "+5511987654321", "--text", "Olá", "--idempotency-key", "k1")
+    assert again.output.startswith(f"{nid}\t") and "seen before" in again.output
+    assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--to", "12", "--text", "x"), "invalid recipient"),
+    (("--to", "+5511987654321"), "exactly one of"),
+    (("--to", "+5511987654321", "--json", "{bad"), "not JSON"),
+    (("--to", "+5511987654321", "--json", '{"type": "fax"}'), "unknown message type"),
+])
+def test_send_refuses_bad_input_with_a_message_and_nonzero_exit(run, db, args, fragment):
+    r = run("send", *args)
+    assert r.exit_code != 0 and fragment in r.output
+    assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 0
+
+
+def test_status_by_id_phone_and_correlation_id(run, db):
+    nid = int(run("send", "--to", "+5511987654321", "--template", "order_shipped", "--correlation-id",
+                  "checkout-42").output.split("\t")[0])
+    by_id = run("status", str(nid))
+    assert by_id.exit_code == 0 and f"message {nid}: queued" in by_id.output and "queued" in by_id.output
+    assert str(nid) in run("status", "+55 11 98765-4321").output
+    assert str(nid) in run("status", "checkout-42").output
+    missing = run("status", "nobody")
+    assert missing.exit_code != 0 and "no message matches" in missing.output
+
+
+def test_dlq_list_show_retry_purge(run, db):
+    ids = [int(run("send", "--to", f"+551198765432{i}", "--text", "x").output.split("\t")[0]) for i in range(4)]
+    for nid in ids[:3]:
+        make_dead(db, nid, code=131026 if nid != ids[2] else 131047)
+    listed = run("dlq", "list")
+    assert listed.exit_code == 0 and listed.output.count("undeliverable") == 3
+    assert "131047" in run("dlq", "list", "--code", "131047").output
+    assert f"message {ids[0]}: dead" in run("dlq", "show", str(ids[0])).output
+
+    assert run("dlq", "retry", str(ids[0])).output.strip() == "requeued 1"
+    assert run("dlq", "retry", "--all", "--code", "131047").output.strip() == "requeued 1"
+    bad = run("dlq", "retry", str(ids[3]))  # queued, not dead
+    assert bad.exit_code != 0 and str(ids[3]) in bad.output
+    assert run("dlq", "retry").exit_code != 0  # neither ids nor --all
+
+    statuses = dict(db.execute("SELECT id, status FROM wa_outbox.notifications").fetchall())
+    assert [statuses[i] for i in ids] == ["queued", "dead", "queued", "queued"]
+    events = db.execute("SELECT event, detail->>'by' FROM wa_outbox.notification_events WHERE notification_id = %s "
+                        "ORDER BY id", (ids[0],)).fetchall()
+    assert events[-1] == ("requeued", "cli")
+
+    assert run("dlq", "purge", "--all", input="n\n").exit_code != 0  # asks, and no means no
+    assert run("dlq", "purge", "--all", "--yes").output.strip() == "purged 1"
+    assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 3
+    assert db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE notification_id = %s",
+                      (ids[1],)).fetchone()[0] == 0
+
+
+def test_ratelimit_set_and_show(run, db):
+    r = run("ratelimit", "set", "100000000000001", "--mps", "20")
+    assert r.exit_code == 0 and "20 messages/s" in r.output
+    assert "100000000000001\t20\t20" in run("ratelimit", "show").output
+    assert run("ratelimit", "set", "abc", "--mps", "5").exit_code != 0
+    assert run("ratelimit", "set", "100000000000001", "--mps", "0").exit_code != 0
+
+
+def test_prune_keeps_recent_and_unfinished_messages(run, db):
+    old = int(run("send", "--to", "+5511987654321", "--text", "old").output.split("\t")[0])
+    int(run("send", "--to", "+5511987654322", "--text", "new").output.split("\t")[0])
+    db.execute("UPDATE wa_outbox.notifications SET status = 'read', updated_at = now() - interval '40 days' "
+               "WHERE id = %s", (old,))
+    r = run("prune", "--days", "30")
+    assert r.exit_code == 0 and "pruned 1 messages" in r.output
+    assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1

@@ -1,0 +1,107 @@
+"""Lease guards: a late finisher and the rescuer never both win; claims honour the shared token bucket."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wa_outbox import db as wdb
+from wa_outbox.enqueue import enqueue
+
+TEXT = {"type": "text", "text": {"body": "x"}}
+
+
+@pytest.fixture
+def auto(database_url):
+    engine = wdb.create_engine(database_url, pool_size=2, isolation_level="AUTOCOMMIT")
+    yield engine
+    engine.dispose()
+
+
+def claim(engine, worker: str, limit: int = 10, lease: float = 60, mps: float = 1000) -> list[tuple]:
+    return wdb.run(engine, "claim_notifications", {"limit": limit, "worker_id": worker, "lease_seconds": lease,
+                                                   "default_mps": mps})[0]
+
+
+def record(engine, worker: str, nid: int, status: str = "sent") -> list[tuple]:
+    outcome = {"id": nid, "status": status, "event": status, "wamid": "wamid.late", "error": None, "delay": None,
+               "refund": False, "detail": {}}
+    return wdb.run(engine, "record_outcomes", {"worker_id": worker, "outcomes": json.dumps([outcome])})[0]
+
+
+def rescue(engine) -> int:
+    return wdb.run(engine, "rescue_expired_leases", {"worker_id": "rescuer", "limit": 100})[0][0][0]
+
+
+def test_rescuer_first_then_the_late_finisher_changes_nothing(auto, db, sender):
+    nid = enqueue(db, to="+5511987654321", message=TEXT)
+    assert [r[0] for r in claim(auto, "A", lease=0.01)] == [nid]
+    db.execute("SELECT pg_sleep(0.05)")
+    assert rescue(auto) == 1
+    assert record(auto, "A", nid) == []  # A finished late: its UPDATE matches nothing
+    assert db.execute("SELECT status, wamid FROM wa_outbox.notifications").fetchone() == ("unknown", None)
+
+
+def test_finisher_first_then_the_rescuer_changes_nothing(auto, db, sender):
+    nid = enqueue(db, to="+5511987654321", message=TEXT)
+    claim(auto, "A", lease=0.01)
+    db.execute("SELECT pg_sleep(0.05)")
+    assert record(auto, "A", nid) == [(nid, "sent")]
+    assert rescue(auto) == 0
+    assert db.execute("SELECT status, wamid FROM wa_outbox.notifications").fetchone() == ("sent", "wamid.late")
+
+
+def test_another_workers_lease_is_not_recorded_over(auto, db, sender):
+    nid = enqueue(db, to="+5511987654321", message=TEXT)
+    claim(auto, "A")
+    assert record(auto, "B", nid) == []
+    assert claim(auto, "B") == []  # and B cannot claim it either
+    assert db.execute("SELECT status, locked_by FROM wa_outbox.notifications").fetchone() == ("sending", "A")
+
+
+def test_claim_grants_only_the_tokens_in_the_bucket_and_paces_the_rest(auto, db, sender):
+    for i in range(20):
+        enqueue(db, to=f"+55119{i:08d}", message=TEXT)
+    db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) "
+               "VALUES ('100000000000001', 10, 5, 5)")
+    assert len(claim(auto, "A", limit=20)) == 5
+    waits = [r[0] for r in db.execute(
+        "SELECT extract(epoch FROM next_attempt_at - now()) FROM wa_outbox.notifications WHERE status = 'queued' "
+        "ORDER BY next_attempt_at")]
+    assert len(waits) == 15
+    assert 0 <= waits[0] <= 0.2 and 1.2 <= waits[-1] <= 1.6  # spread at 10/s, not all at once
+    assert db.execute("SELECT sum(attempts) FROM wa_outbox.notifications WHERE status = 'queued'"
+                      ).fetchone()[0] == 0  # deferral burns no attempt
+
+
+def test_a_paused_sender_gets_no_tokens(auto, db, sender):
+    enqueue(db, to="+5511987654321", message=TEXT)
+    wdb.run(auto, "pause_sender", {"phone_number_id": "100000000000001", "seconds": 30, "reason": "190: token",
+                                   "default_mps": 80})
+    assert claim(auto, "A") == []
+    wait = db.execute("SELECT extract(epoch FROM next_attempt_at - now()) FROM wa_outbox.notifications"
+                      ).fetchone()[0]
+    assert 28 <= wait <= 31
+
+
+def test_a_pair_limited_recipient_waits_while_others_go(auto, db, sender):
+    limited = enqueue(db, to="+5511987654321", message=TEXT)
+    other = enqueue(db, to="+5511987654322", message=TEXT)
+    wdb.run(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
+    assert [r[0] for r in claim(auto, "A")] == [other]
+    assert db.execute("SELECT status FROM wa_outbox.notifications WHERE id = %s", (limited,)).fetchone() == (
+        "queued",)
+    # a second strike waits 4^2 s
+    wdb.run(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
+    wait = db.execute("SELECT extract(epoch FROM pair_paused_until - now()) FROM wa_outbox.contacts").fetchone()[0]
+    assert 15 <= wait <= 16.5
+
+
+def test_claim_is_served_by_the_partial_index(auto, db, sender):
+    db.execute("SET enable_seqscan = off")  # an empty test table would be scanned anyway
+    plan = "\n".join(r[0] for r in db.execute(
+        "EXPLAIN SELECT id FROM wa_outbox.notifications WHERE status = 'queued' AND next_attempt_at <= now() "
+        "ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED"))
+    db.execute("RESET enable_seqscan")
+    assert "notifications_due" in plan

@@ -1,0 +1,93 @@
+"""The worker as the Procfile runs it (`python worker.py`), killed the hard way and the polite way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import APP_SECRET
+from tests.live import SENDER, running_worker, wait_for, worker_settings
+from wa_outbox.enqueue import enqueue
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = {"type": "text", "text": {"body": "pagamento confirmado"}}
+
+
+def start_worker_process(database_url: str, api_base_url: str, **env: str) -> subprocess.Popen:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
+    environment.update(DATABASE_URL=database_url, WHATSAPP_ACCESS_TOKEN="test-access-token",
+                       WHATSAPP_PHONE_NUMBER_ID=SENDER, WHATSAPP_API_BASE_URL=api_base_url,
+                       WHATSAPP_APP_SECRET=APP_SECRET, WA_OUTBOX_POLL_INTERVAL="0.2",
+                       WA_OUTBOX_CONNECT_TIMEOUT="1", WA_OUTBOX_SEND_TIMEOUT="3", WA_OUTBOX_LEASE_SECONDS="10",
+                       WA_OUTBOX_WORKER_CONCURRENCY="8", LOG_LEVEL="INFO")
+    environment.update(env)
+    return subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def count(db, where: str) -> int:
+    return db.execute(f"SELECT count(*) FROM wa_outbox.notifications WHERE {where}").fetchone()[0]
+
+
+def sending_events(db) -> int:
+    return db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sending'").fetchone()[0]
+
+
+def test_sigkill_mid_batch_then_another_worker_every_message_sent_once_none_lost(
+        database_url, db, sender, sim, settings):
+    sim.set_faults([{"mode": "latency", "ms": 400}])
+    ids = [enqueue(db, to=f"+55119{i:08d}", message=TEXT) for i in range(40)]
+    victim = start_worker_process(database_url, sim.base_url)
+    try:
+        wait_for(lambda: sending_events(db) >= 16 and count(db, "status = 'sending'") >= 4,
+                 what="a batch in flight")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate(timeout=10)
+    assert victim.returncode == -signal.SIGKILL
+    in_flight = count(db, "status = 'sending'")
+    assert in_flight >= 1  # killed mid-batch: rows are stranded under a dead worker's lease
+
+    rescuer = worker_settings(settings, sim.base_url, lease_seconds=10, send_timeout=3, unknown_window_seconds=60)
+    with running_worker(rescuer) as worker:
+        def settled():
+            worker.maintain()  # rescue as soon as the dead worker's leases expire
+            return count(db, "status IN ('sent', 'delivered', 'read')") == len(ids)
+        wait_for(settled, timeout=40, interval=0.5, what="every message settled")
+
+    callbacks = [m["biz_opaque_callback_data"] for m in sim.messages()]
+    assert sorted(callbacks, key=int) == [str(i) for i in ids]  # each received exactly once, none lost
+    rescued = db.execute("SELECT count(DISTINCT notification_id) FROM wa_outbox.notification_events "
+                         "WHERE event = 'unknown' AND detail->>'reason' = 'lease expired'").fetchone()[0]
+    reconciled = db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'reconciled'"
+                            ).fetchone()[0]
+    assert rescued == in_flight and reconciled == in_flight  # settled by Meta's webhooks, not resent
+
+
+def test_sigterm_finishes_in_flight_sends_and_exits_zero(database_url, db, sender, sim, settings):
+    sim.set_faults([{"mode": "latency", "ms": 1500}])
+    for i in range(30):
+        enqueue(db, to=f"+55119{i:08d}", message=TEXT)
+    proc = start_worker_process(database_url, sim.base_url, WA_OUTBOX_SHUTDOWN_GRACE="10")
+    wait_for(lambda: count(db, "status = 'sending'") == 8, what="8 sends in flight")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+    assert time.monotonic() - started < 10
+    assert count(db, "status = 'sending'") == 0
+    assert count(db, "status = 'sent'") == 8 == len(sim.messages())  # in-flight finished and recorded
+    assert count(db, "status = 'queued' AND attempts = 0") == 22  # the rest untouched, for the next worker
+    assert db.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] == 0
+    assert "stopped" in output and "test-access-token" not in output
+
+
+def test_worker_refuses_to_start_on_bad_configuration(database_url):
+    proc = start_worker_process(database_url, "http://127.0.0.1:9", WA_OUTBOX_LEASE_SECONDS="5")
+    output = proc.communicate(timeout=30)[0]
+    assert proc.returncode != 0
+    assert "WA_OUTBOX_LEASE_SECONDS=5 must exceed" in output and "Traceback" not in output

@@ -1,0 +1,116 @@
+"""The simulator's run-time knobs: where status webhooks go and how they misbehave, and Meta's throughput limits.
+
+One immutable `SimulatorConfig`; a change (`PUT /_admin/config`, `SimulatorServer.configure`) builds a new one and
+swaps the reference, so a request in flight always sees one consistent configuration without taking a lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+FINAL_STATUSES = ("sent", "delivered", "read")
+
+
+@dataclass(frozen=True)
+class PairLimit:
+    """At most `messages` accepted sends to one recipient within `window_s` seconds, else 131056."""
+    messages: int
+    window_s: float
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    # Status webhooks. Delays are offsets from acceptance, one per step (sent, delivered, read).
+    webhook_url: str | None = None
+    status_delays_ms: tuple[float, float, float] = (50.0, 100.0, 150.0)
+    final_status: str = "read"  # the last status a delivered message reaches: sent | delivered | read
+    duplicate_rate: float = 0.0  # chance that a webhook POST is delivered a second time, byte for byte
+    reorder_rate: float = 0.0  # chance that a message's statuses are posted out of order (e.g. read before sent)
+    batch_rate: float = 0.0  # chance that a message's statuses all come in one POST
+    webhook_max_batch: int = 1  # statuses waiting for a busy sender may share one POST, up to this many
+    webhook_max_attempts: int = 5  # a POST answered with anything but 200 is retried, this many attempts in all
+    webhook_retry_ms: float = 100.0  # first retry delay; doubles with each attempt
+    webhook_timeout_s: float = 5.0
+    # Meta's identity of the business, as it appears in webhooks.
+    waba_id: str = "100000000000000"
+    display_phone_number: str = "15550000001"
+    phone_number_id: str = "100000000000001"  # the business number inbound messages go to unless told otherwise
+    # Throughput limits (None: unlimited). mps is per phone_number_id, over a sliding second.
+    mps: float | None = None
+    pair_limit: PairLimit | None = None
+    validate: bool = True  # check request bodies against Meta's schema (off: measure the transport alone)
+
+    def updated(self, changes: dict[str, Any]) -> SimulatorConfig:
+        """A copy with `changes` (JSON-style values) applied; ValueError names the first bad key or value."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values = {name: _coerce(name, value) for name, value in changes.items()}
+        return dataclasses.replace(self, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "webhook_url":
+        return _optional(value, str, name)
+    if name == "status_delays_ms":
+        if not isinstance(value, (list, tuple)) or len(value) != 3 or not all(_is_number(v) and v >= 0 for v in value):
+            raise ValueError("status_delays_ms must be three non-negative numbers (sent, delivered, read)")
+        return tuple(float(v) for v in value)
+    if name == "final_status":
+        if value not in FINAL_STATUSES:
+            raise ValueError(f"final_status must be one of {', '.join(FINAL_STATUSES)}")
+        return value
+    if name in ("duplicate_rate", "reorder_rate", "batch_rate"):
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ValueError(f"{name} must be a number between 0 and 1")
+        return float(value)
+    if name in ("webhook_max_batch", "webhook_max_attempts"):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer")
+        return value
+    if name in ("webhook_retry_ms", "webhook_timeout_s"):
+        if not _is_number(value) or value <= 0:
+            raise ValueError(f"{name} must be a positive number")
+        return float(value)
+    if name in ("waba_id", "display_phone_number", "phone_number_id"):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string")
+        return value
+    if name == "mps":
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ValueError("mps must be a positive number or null")
+        return None if value is None else float(value)
+    if name == "pair_limit":
+        return _pair_limit(value)
+    if name == "validate":
+        if not isinstance(value, bool):
+            raise ValueError("validate must be true or false")
+        return value
+    raise AssertionError(name)  # every field is handled above
+
+
+def _pair_limit(value: Any) -> PairLimit | None:
+    if value is None or isinstance(value, PairLimit):
+        return value
+    if isinstance(value, dict) and set(value) == {"messages", "window_s"}:
+        messages, window = value["messages"], value["window_s"]
+        if isinstance(messages, int) and not isinstance(messages, bool) and messages >= 1 \
+                and _is_number(window) and window > 0:
+            return PairLimit(messages, float(window))
+    raise ValueError('pair_limit must be null or {"messages": N >= 1, "window_s": seconds > 0}')
+
+
+def _optional(value: Any, kind: type, name: str) -> Any:
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"{name} must be a {kind.__name__} or null")
+    return value or None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,244 @@
+"""The simulated Cloud API without its sockets: what to answer to a send, what to record, which webhooks to post.
+
+`Simulator.handle_send` turns one `POST /{version}/{phone_number_id}/messages` into a `Reply`; the HTTP layer
+(server.py) only waits `delay_s` and then writes the answer or resets the connection (`drop`). The order of checks
+follows Meta's: token, body, then the faults a rule injects (an error or a broken transport refuses the message),
+then the throughput limits, then acceptance. Acceptance records the message, which is what tests count: the
+messages a recipient actually received, with the index of the HTTP attempt that delivered each.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import itertools
+import json
+import random
+import re
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors
+from .config import SimulatorConfig
+from .faults import FaultRule, FaultSet
+from .limits import ThroughputLimits
+from .validation import InvalidRequest, RequestChecker
+from .webhooks import WebhookDispatcher, envelope, inbound_message, plan_statuses
+
+JSON = "application/json; charset=UTF-8"
+_NON_DIGITS = re.compile(r"[^0-9]")
+_HTML_ERROR = (b"<!DOCTYPE html><html><head><title>Error</title></head><body><h1>Sorry, something went wrong.</h1>"
+               b"<p>We're working on getting this fixed as soon as we can.</p></body></html>")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = JSON
+    delay_s: float = 0.0  # wait this long before answering (or dropping)
+    drop: bool = False  # reset the connection instead of answering
+
+
+# Message keys: a serial from a random start, so ids never repeat within a process and rarely across runs.
+_KEYS = itertools.count(secrets.randbits(64) << 8)
+
+
+def new_wamid(wa_id: str) -> str:
+    """A unique id shaped like Meta's (base64 of a length-prefixed recipient and an 18-hex-digit message key)."""
+    recipient = wa_id.encode()[:255]
+    key = f"{next(_KEYS) & (1 << 72) - 1:018X}".encode()
+    raw = b"\x1c\x18" + bytes([len(recipient)]) + recipient + b"\x15\x02\x00\x11\x18\x12" + key + b"\x00"
+    return "wamid." + base64.b64encode(raw).decode()
+
+
+class Simulator:
+    """State and behaviour of the fake Cloud API; thread-safe (one short lock around the shared state)."""
+
+    def __init__(self, *, access_token: str, app_secret: str, config: SimulatorConfig,
+                 faults: list[dict[str, Any]] = (), seed: int | None = None):
+        self._authorization = f"Bearer {access_token}".encode()
+        self._initial = (config, list(faults))
+        self._config = config
+        self._rng = random.Random(seed)
+        self._checker = RequestChecker()
+        self._faults = FaultSet(list(faults), self._rng)
+        self._limits = ThroughputLimits()
+        self._lock = threading.Lock()
+        self._messages: list[dict[str, Any]] = []
+        self._requests = 0
+        self._outcomes: Counter[str] = Counter()
+        self.webhooks = WebhookDispatcher(app_secret, lambda: self._config, self._rng)
+
+    # --- the send endpoint ------------------------------------------------------------------------------------------
+
+    def handle_send(self, phone_number_id: str, authorization: str | None, raw_body: bytes) -> Reply:
+        with self._lock:
+            self._requests += 1
+            request_index = self._requests
+        config = self._config
+        if not authorization or not hmac.compare_digest(authorization.encode(), self._authorization):
+            reason = ("Invalid OAuth access token - Cannot parse access token" if authorization
+                      else "An active access token must be used to query information about the current user.")
+            body = errors.graph_error(190, message=reason)
+            del body["error"]["error_data"]  # Meta's token errors carry none
+            return self._refuse("unauthorized", 401, body,
+                                (("WWW-Authenticate", f'OAuth "Facebook Platform" "invalid_token" "{reason}"'),))
+        try:
+            body = json.loads(raw_body)
+            parsed = self._checker.parse(body, validate=config.validate)
+        except ValueError as exc:  # a JSONDecodeError or InvalidRequest
+            details = str(exc) if isinstance(exc, InvalidRequest) else "The request body is not valid JSON."
+            return self._refuse("invalid_request", 400, errors.graph_error(
+                100, message="(#100) Invalid parameter", details=details))
+
+        decision = self._faults.pick(phone_number_id, parsed.to, parsed.wa_id)
+        rule = decision.rule
+        refused = self._injected_refusal(rule)
+        if refused is not None:
+            return _delayed(refused, decision.delay_s)
+        dropped = rule is not None and rule.mode == "lost_response"
+
+        if parsed.kind == "mark_read":
+            self._count("lost_response" if dropped else "marked_read")
+            return Reply(200, b'{"success":true}', delay_s=decision.delay_s, drop=dropped)
+
+        failed_code = rule.params["code"] if rule is not None and rule.mode == "failed_status" else None
+        received_at = time.time()
+        with self._lock:
+            limited = self._limits.admit(time.monotonic(), phone_number_id, parsed.wa_id, config.mps,
+                                         config.pair_limit)
+            if limited is None:
+                message = {
+                    "wamid": new_wamid(parsed.wa_id), "phone_number_id": phone_number_id, "to": parsed.to,
+                    "wa_id": parsed.wa_id, "type": parsed.type, "body": body,
+                    "biz_opaque_callback_data": parsed.biz_opaque_callback_data, "received_at": received_at,
+                    "request_index": request_index, "fault": rule.mode if rule is not None else None,
+                }
+                self._messages.append(message)
+                self._outcomes["lost_response" if dropped else "accepted"] += 1
+            else:
+                self._outcomes[f"error_{limited}"] += 1
+        if limited is not None:
+            return _delayed(_graph_reply(limited), decision.delay_s)
+
+        if config.webhook_url:
+            self.webhooks.schedule_statuses(phone_number_id, plan_statuses(message, config, self._rng, failed_code))
+        sent: dict[str, Any] = {"id": message["wamid"]}
+        if parsed.type == "template":
+            sent["message_status"] = "accepted"
+        answer = {"messaging_product": "whatsapp", "contacts": [{"input": parsed.to, "wa_id": parsed.wa_id}],
+                  "messages": [sent]}
+        return Reply(200, _dumps(answer), delay_s=decision.delay_s, drop=dropped)
+
+    def _injected_refusal(self, rule: FaultRule | None) -> Reply | None:
+        """The answer a refusing fault rule gives (the message is not accepted), or None."""
+        if rule is None:
+            return None
+        params = rule.params
+        if rule.mode == "timeout":
+            self._count("timeout")
+            return Reply(0, delay_s=params["ms"] / 1000, drop=True)
+        if rule.mode == "http_error":
+            self._count("http_error")
+            body = _HTML_ERROR if params["body"] == "html" else b""
+            return Reply(params["status"], body, content_type="text/html; charset=utf-8")
+        if rule.mode == "error":
+            self._count(f"error_{params['code']}")
+            return _graph_reply(params["code"], subcode=params["subcode"], details=params["details"],
+                                http_status=params["http_status"], retry_after=params["retry_after"])
+        return None
+
+    def _refuse(self, outcome: str, status: int, body: dict[str, Any], headers: tuple = ()) -> Reply:
+        self._count(outcome)
+        return Reply(status, _dumps(body), headers)
+
+    def _count(self, outcome: str) -> None:
+        with self._lock:
+            self._outcomes[outcome] += 1
+
+    # --- inspection and control (the admin endpoints and the Python API) --------------------------------------------
+
+    @property
+    def config(self) -> SimulatorConfig:
+        return self._config
+
+    def configure(self, changes: dict[str, Any]) -> SimulatorConfig:
+        """Apply JSON-style changes to the configuration; ValueError leaves it unchanged."""
+        with self._lock:
+            self._config = self._config.updated(changes)
+            return self._config
+
+    def messages(self, to: str | None = None, phone_number_id: str | None = None) -> list[dict[str, Any]]:
+        """Accepted messages in acceptance order; `to` matches the recipient's digits (`+5511…` = `5511…`)."""
+        wanted = None if to is None else (_NON_DIGITS.sub("", to) or to)
+        with self._lock:
+            return [dict(m) for m in self._messages
+                    if (wanted is None or wanted in (m["wa_id"], m["to"]))
+                    and (phone_number_id is None or m["phone_number_id"] == phone_number_id)]
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self._faults.to_list()
+
+    def set_faults(self, rules: list[dict[str, Any]]) -> None:
+        self._faults.replace(rules)
+
+    def inbound(self, from_: str, text: str | None = None, *, phone_number_id: str | None = None,
+                name: str | None = None, message: dict[str, Any] | None = None) -> str:
+        """Post a webhook as if user `from_` wrote to the business; returns the inbound message's wamid."""
+        config = self._config
+        if not config.webhook_url:
+            raise ValueError("no webhook_url configured")
+        wa_id = _NON_DIGITS.sub("", from_ or "")
+        if not wa_id:
+            raise ValueError("from must be a phone number")
+        valid_text = isinstance(text, str) and message is None
+        valid_message = text is None and isinstance(message, dict) and isinstance(message.get("type"), str)
+        if not (valid_text or valid_message):
+            raise ValueError('give either "text" (a string) or "message" (an object with a "type")')
+        wamid = new_wamid(wa_id)
+        value = {"contacts": [{"profile": {"name": name or f"User {wa_id[-4:]}"}, "wa_id": wa_id}],
+                 "messages": [inbound_message(wa_id, wamid, time.time(), text=text, message=message)]}
+        self.webhooks.schedule_payload(envelope(config, phone_number_id or config.phone_number_id, value))
+        return wamid
+
+    def reset(self) -> None:
+        """Back to the state at construction: no messages, no counts, the initial configuration and faults."""
+        config, faults = self._initial
+        self._faults.replace(faults)
+        self._config = config
+        self.webhooks.clear()
+        with self._lock:
+            self._messages.clear()
+            self._requests = 0
+            self._outcomes.clear()
+            self._limits.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            stats = {"requests": self._requests, "accepted": len(self._messages), "outcomes": dict(self._outcomes)}
+        stats["webhooks"] = self.webhooks.stats()
+        return stats
+
+
+def _graph_reply(code: int, *, subcode: int | None = None, details: str | None = None,
+                 http_status: int | None = None, retry_after: float | None = None) -> Reply:
+    headers = (("Retry-After", f"{retry_after:g}"),) if retry_after is not None else ()
+    body = errors.graph_error(code, subcode=subcode, details=details)
+    return Reply(http_status or errors.default_http_status(code), _dumps(body), headers)
+
+
+def _dumps(payload: dict[str, Any]) -> bytes:
+    """Compact, as the Graph API answers."""
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _delayed(reply: Reply, delay_s: float) -> Reply:
+    if not delay_s:
+        return reply
+    return Reply(reply.status, reply.body, reply.headers, reply.content_type, reply.delay_s + delay_s, reply.drop)
