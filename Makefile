@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install bench-webhooks clean
+.PHONY: run test install bench-webhooks bench-outbox clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
@@ -22,6 +22,10 @@ test: install
 
 bench-webhooks: install
 	$(BIN)/python bench/webhooks.py
+
+bench-outbox: install
+	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements-peers.txt
+	$(BIN)/python bench/outbox.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
