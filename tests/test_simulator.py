@@ -7,6 +7,7 @@ test_simulator_webhooks.py.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from http.client import HTTPConnection
 from pathlib import Path
@@ -166,6 +167,13 @@ def test_an_unknown_path_gets_graphs_unsupported_request_error(sim, http):
     assert response.status_code == 400
     error = response.json()["error"]
     assert (error["code"], error["error_subcode"], error["type"]) == (100, 33, "GraphMethodException")
+
+
+def test_malformed_http_gets_400(sim):
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=5) as raw:
+        raw.sendall(b"NONSENSE\r\n\r\n")
+        assert raw.recv(4096).startswith(b"HTTP/1.1 400 ")
+    assert requests.get(f"{sim.admin_url}/stats").status_code == 200  # still serving
 
 
 def test_connections_are_kept_alive(sim):

@@ -24,8 +24,19 @@ graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after S
 keepalive = 5
 max_requests = 0
 accesslog = None                             # request metrics go to /metrics; app logs are JSON on stdout
-errorlog = "-"
 loglevel = _settings.log_level.lower()
+# gunicorn's own lines (start, worker boot/exit, signals) as JSON on stdout too, like the app's.
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                            "fmt": "{asctime}{levelname}{name}{message}", "style": "{",
+                            "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"}}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+    "root": {"level": _settings.log_level, "handlers": []},  # the app configures its own (wa_outbox.logs)
+    "loggers": {"gunicorn.error": {"handlers": ["stdout"], "level": _settings.log_level, "propagate": False},
+                "gunicorn.access": {"handlers": [], "propagate": False}},
+}
 
 # Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode).
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-outbox-metrics-"))

@@ -10,6 +10,7 @@ messages a recipient actually received, with the index of the HTTP attempt that 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hmac
 import itertools
 import json
@@ -19,7 +20,6 @@ import secrets
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from . import errors
@@ -35,7 +35,7 @@ _HTML_ERROR = (b"<!DOCTYPE html><html><head><title>Error</title></head><body><h1
                b"<p>We're working on getting this fixed as soon as we can.</p></body></html>")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Reply:
     status: int
     body: bytes = b""
@@ -239,6 +239,4 @@ def _dumps(payload: dict[str, Any]) -> bytes:
 
 
 def _delayed(reply: Reply, delay_s: float) -> Reply:
-    if not delay_s:
-        return reply
-    return Reply(reply.status, reply.body, reply.headers, reply.content_type, reply.delay_s + delay_s, reply.drop)
+    return dataclasses.replace(reply, delay_s=reply.delay_s + delay_s) if delay_s else reply

@@ -37,7 +37,7 @@ class SimulatorServer:
 
         with SimulatorServer(access_token="t", app_secret="s", webhook_url="http://127.0.0.1:8000/webhooks/whatsapp",
                              faults=[{"mode": "error", "code": 131000, "count": 1}]) as sim:
-            requests.post(f"{sim.base_url}/{phone_number_id}/messages", json=body, headers={"Authorization": "Bearer t"})
+            requests.post(f"{sim.base_url}/{number_id}/messages", json=body, headers={"Authorization": "Bearer t"})
             sim.wait_for_webhooks_idle(5)
             assert len(sim.messages(to="+5511…")) == 1
 

@@ -15,6 +15,7 @@ from flask.json.provider import DefaultJSONProvider
 from .. import db, logs, metrics
 from ..config import Settings
 from ..db import create_engine
+from ..webhook_store import WebhookStore
 from . import api_views, errors, health_views, webhook_views
 
 _CORRELATION_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
@@ -35,6 +36,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
     )
+    app.extensions["wa_outbox.webhook_store"] = WebhookStore(app.extensions["wa_outbox.engine"])
 
     @app.before_request
     def _correlation_id() -> None:

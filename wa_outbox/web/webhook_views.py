@@ -12,7 +12,6 @@ import logging
 from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import metrics
-from ..webhook_store import store_events
 from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, parse_body, split_payload, verify_signature
 from .errors import json_error
 
@@ -34,7 +33,7 @@ def verify_subscription():
 
 @blueprint.post("/webhooks/whatsapp")
 def receive():
-    from . import engine_of, settings_of
+    from . import settings_of
     body = request.get_data(cache=False)  # raw bytes; 413 past MAX_CONTENT_LENGTH
     try:
         verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
@@ -47,7 +46,7 @@ def receive():
         metrics.webhook_rejected.labels(reason="payload").inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(400, str(exc))
-    new = store_events(engine_of(current_app), events, g.correlation_id)
+    new = current_app.extensions["wa_outbox.webhook_store"].store(events, g.correlation_id)
     if new:
         metrics.webhook_events.labels(result="new").inc(new)
     if len(events) - new:
