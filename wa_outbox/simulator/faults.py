@@ -10,8 +10,9 @@ A rule is JSON (the same shape at construction, in `PUT /_admin/faults` and on t
 - `rate` (default 1): the chance a matching request is hit. `count` (default unlimited): hit at most this many
   requests, then the rule is spent; with `rate` 1 this makes tests deterministic ("the first send fails").
 - `mode` and its parameters:
-  - `latency`: `ms` plus a random `jitter_ms` before answering. Latency rules add up with each other and with one
-    other rule.
+  - `latency`: `ms` plus a random `jitter_ms` before answering. The message is accepted (and its statuses sent) at
+    once; only the answer is late, so a latency above the client's read timeout is a send with an unknown outcome.
+    Latency rules add up with each other and with one other rule.
   - `http_error`: HTTP `status` (default 500) with an HTML (`body: "html"`, default) or empty (`"empty"`) body.
   - `error`: Graph error `code`, optional `subcode`, `details`, `http_status` (default 401 for auth codes, else 400)
     and `retry_after` (seconds, sent as a `Retry-After` header).
