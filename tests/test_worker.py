@@ -273,3 +273,18 @@ def test_statuses_in_any_order_never_move_a_message_back(db, sender, sim, settin
         sim.wait_for_webhooks_idle(10)
         time.sleep(0.5)
     assert {row(db, nid)["status"] for nid in ids} == {"read"}
+
+
+def test_handlers_are_loaded_by_dotted_path_and_bad_paths_are_config_errors(db, sender, sim, settings):
+    from tests import inbound_handlers
+    from wa_outbox.config import ConfigError
+    from wa_outbox.worker._inbound import load_handlers
+
+    for bad, fragment in (("tests.nope:f", "cannot load"), ("tests.inbound_handlers:missing", "cannot load"),
+                          ("tests.inbound_handlers:not_callable", "not callable")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_handlers((bad,))
+    s = worker_settings(settings, sim.base_url, inbound_handlers=("tests.inbound_handlers:on_event",))
+    with running_worker(s):
+        wamid = sim.inbound("+5511912345678", "por dotted path")
+        wait_for(lambda: any(e["wamid"] == wamid for e in inbound_handlers.received), what="the handler called")
