@@ -7,6 +7,11 @@ WITH o AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb)
         AS o(id bigint, status text, event text, wamid text, error jsonb, delay double precision, refund boolean,
              detail jsonb)
+), locked AS (  -- in id order, as apply_statuses.sql locks, so the two never deadlock
+    SELECT n.id FROM wa_outbox.notifications n
+    WHERE n.id IN (SELECT id FROM o) AND n.status = 'sending' AND n.locked_by = %(worker_id)s
+    ORDER BY n.id
+    FOR UPDATE
 ), updated AS (
     UPDATE wa_outbox.notifications n
     SET status = o.status,
@@ -19,7 +24,8 @@ WITH o AS (
         unknown_since = CASE WHEN o.status = 'unknown' THEN now() END,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM o
-    WHERE n.id = o.id AND n.status = 'sending' AND n.locked_by = %(worker_id)s
+    WHERE n.id = o.id AND n.id IN (SELECT id FROM locked)
+      AND n.status = 'sending' AND n.locked_by = %(worker_id)s
     RETURNING n.id, n.attempts, n.correlation_id, n.phone_number_id, n.recipient, o.status, o.event, o.detail
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
