@@ -5,7 +5,9 @@ WITH messages AS (
     DELETE FROM wa_outbox.notifications n
     WHERE n.status IN ('sent', 'delivered', 'read', 'failed', 'cancelled')
       AND n.updated_at < now() - make_interval(days => %(days)s)
-    RETURNING 1
+    RETURNING n.id
+), timelines AS (
+    DELETE FROM wa_outbox.notification_events e WHERE e.notification_id IN (SELECT id FROM messages)
 ), webhooks AS (
     DELETE FROM wa_outbox.webhook_events w
     WHERE w.status = 'done' AND w.received_at < now() - make_interval(days => greatest(%(days)s, 8))

@@ -9,7 +9,9 @@ WITH o AS (
              detail jsonb)
 ), locked AS (  -- in id order, as apply_statuses.sql locks, so the two never deadlock
     SELECT n.id FROM wa_outbox.notifications n
-    WHERE n.id IN (SELECT id FROM o) AND n.status = 'sending' AND n.locked_by = %(worker_id)s
+    -- = ANY(ARRAY(…)): primary-key look-ups whatever the statistics say; a join here can turn quadratic when the
+    -- planner believes few rows are `sending`.
+    WHERE n.id = ANY (ARRAY(SELECT id FROM o)) AND n.status = 'sending' AND n.locked_by = %(worker_id)s
     ORDER BY n.id
     FOR UPDATE
 ), updated AS (
@@ -24,7 +26,7 @@ WITH o AS (
         unknown_since = CASE WHEN o.status = 'unknown' THEN now() END,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM o
-    WHERE n.id = o.id AND n.id IN (SELECT id FROM locked)
+    WHERE n.id = o.id AND n.id = ANY (ARRAY(SELECT id FROM locked))
       AND n.status = 'sending' AND n.locked_by = %(worker_id)s
     RETURNING n.id, n.attempts, n.correlation_id, n.phone_number_id, n.recipient, o.status, o.event, o.detail
 ), events AS (

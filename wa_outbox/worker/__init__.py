@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from .. import db
 from ..config import Settings
+from ._analyzer import analyze_if_never
 from ._backoff import backoff_seconds
 from ._heartbeat import beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
@@ -64,6 +65,7 @@ class Worker:
         log.info("worker %s starting: concurrency %d, %s", self.worker_id, self.settings.worker_concurrency,
                  "dry run" if self.settings.dry_run else self.settings.api_base_url)
         beat(self.engine, self.worker_id, "running", self._info())
+        analyze_if_never(self.engine)
         for name, target in (("recorder", lambda: self.sender.record(self._recorder_done)),
                              ("listener", self._listen), ("inbound", self._inbound_loop),
                              ("maintenance", self._maintenance_loop)):
@@ -137,7 +139,8 @@ class Worker:
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
                      lambda: rescue(self.engine, self.worker_id),
                      lambda: settle_unknown(self.engine, self.settings.unknown_window_seconds,
-                                            self.settings.unknown_policy)):
+                                            self.settings.unknown_policy),
+                     lambda: analyze_if_never(self.engine)):
             try:
                 step()
             except Exception:  # noqa: BLE001 - one failing step must not stop the others

@@ -45,10 +45,14 @@ class Sender:
     # --- producer (runs on the worker's main thread) ------------------------------------------------------------
 
     def produce(self, stopping: threading.Event) -> None:
+        # Claim in batches: while sends are in flight, wait until a quarter of the slots are free, so one claim
+        # statement serves many messages instead of one per finished send.
+        min_claim = max(1, self.concurrency // 4)
         while not stopping.is_set():
             self.wake.clear()
-            free = self.concurrency - self.in_flight
-            if free > 0:
+            in_flight = self.in_flight
+            free = self.concurrency - in_flight
+            if free >= min_claim or (free > 0 and in_flight == 0):
                 try:
                     rows = self._claim(free)
                 except Exception:  # noqa: BLE001 - the database is away: wait and try again
@@ -84,6 +88,8 @@ class Sender:
         try:
             result = self.transport.send(row.phone_number_id, request_body(row))
             decision = classify(result)
+            if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
+                self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
         except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
@@ -99,27 +105,29 @@ class Sender:
         while True:
             batch = self._drain(timeout=0.05)
             if batch:
-                self._record(batch, done)
+                self._record(batch)
             elif done.is_set() and self.in_flight == 0 and self._outcomes.empty():
                 return
 
-    def _drain(self, timeout: float, most: int = 1000) -> list[tuple[Claimed, Decision | None, dict]]:
+    def _drain(self, timeout: float, most: int = 1000, linger: float = 0.01) -> list[tuple[Claimed, Decision | None,
+                                                                                            dict]]:
+        """The outcomes waiting, after lingering briefly for more: one statement records many sends."""
         try:
             batch = [self._outcomes.get(timeout=timeout)]
         except queue.Empty:
             return []
+        until = time.monotonic() + linger
         while len(batch) < most:
             try:
-                batch.append(self._outcomes.get_nowait())
+                batch.append(self._outcomes.get(timeout=max(0.0, until - time.monotonic())))
             except queue.Empty:
                 break
         return batch
 
-    def _record(self, batch: list[tuple[Claimed, Decision | None, dict]], done: threading.Event) -> None:
+    def _record(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
-                self._apply_pauses(batch)
                 db.run(self.engine, "record_outcomes", {
                     "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
                 break
@@ -133,23 +141,18 @@ class Sender:
         for row, decision, entry in batch:
             self._log(row, decision, entry)
 
-    def _apply_pauses(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
-        """Sender pauses (one statement per paused sender) and recipient pauses (one per limited recipient):
-        rare events, before the outcomes so the next claim already sees them."""
-        senders: dict[str, Decision] = {}
-        for row, decision, _ in batch:
-            if decision and decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
-                senders.setdefault(row.phone_number_id, decision)
-            elif decision and decision.action is Action.PAIR_LIMIT:
-                db.run(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id,
-                                                        "wa_id": row.recipient})
-        for sender, decision in senders.items():
-            db.run(self.engine, "pause_sender", {
-                "phone_number_id": sender, "seconds": decision.wait_seconds or 1.0, "reason": decision.reason,
-                "default_mps": self.settings.rate_limit_mps})
-            (log.error if decision.alert else log.warning)(
-                "sender %s paused for %.0f s: %s", sender, decision.wait_seconds or 1.0, decision.reason,
-                extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": sender})
+    def _pause(self, row: Claimed, decision: Decision) -> None:
+        """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
+        if decision.action is Action.PAIR_LIMIT:
+            db.run(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
+            return
+        db.run(self.engine, "pause_sender", {
+            "phone_number_id": row.phone_number_id, "seconds": decision.wait_seconds or 1.0,
+            "reason": decision.reason, "default_mps": self.settings.rate_limit_mps})
+        (log.error if decision.alert else log.warning)(
+            "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
+            extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
+                   "correlation_id": row.correlation_id})
 
     def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
         status = entry["status"]

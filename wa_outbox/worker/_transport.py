@@ -9,6 +9,7 @@ after the body went out (ambiguous: never retried blindly).
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any, Protocol
 
@@ -38,6 +39,13 @@ class GraphTransport:
         self.session.mount("https://", adapter)
         self.session.headers.update({"Authorization": f"Bearer {access_token}",
                                      "Content-Type": "application/json", "User-Agent": "wa-outbox"})
+        # The environment is read once, here, not on every send (requests would look up .netrc and the proxy
+        # variables per request — a fifth of a worker's CPU — and a .netrc entry would replace our token).
+        self.session.trust_env = False
+        self.session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
+        ca_bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if ca_bundle:
+            self.session.verify = ca_bundle
 
     def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult:
         started = time.perf_counter()
