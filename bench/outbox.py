@@ -54,12 +54,13 @@ TOKEN = "bench-token"
 CHUNKS = (1000, 2000, 5000)  # bulk/batch enqueue chunk sizes tried; the best is reported
 LATENCY_MS = 200
 BARE_SECONDS = 10.0
-# (worker processes, worker_concurrency), each the best of a sweep on the 2-core machine (dry run: 1 x 32-128 and
-# 2 x 32-64; full: 1 x 16-128 and 2-3 x 16-64; +200 ms: 1 x 256, 2 x 96-200, 3 x 96). FULL_ONE is there because one
-# requests process is GIL-bound at about 1,000 req/s: its row compares one process with one bare client process.
-DRY_RUN = (2, 64)
-FULL_ONE, FULL = (1, 64), (2, 32)
-SLOW = (2, 160)
+# (worker processes, worker_concurrency), each the best of a sweep on the 2-core machine (dry run: 1 x 128 15.0k,
+# 2 x 64 15.5k, 1 x 256 18.2k, 2 x 128 18.5k; full: 2 x 32 1.65k, 2 x 64 1.76k; +200 ms: 2 x 200 1.39k, 3 x 160 1.50k,
+# 2 x 256 1.54k). FULL_ONE is there because one requests process is GIL-bound at about 1,100 req/s: its row compares
+# one process with one bare client process.
+DRY_RUN = (2, 128)
+FULL_ONE, FULL = (1, 64), (2, 64)
+SLOW = (2, 256)
 PGQ_CONSUMERS, PGQ_BATCH = 2, 100  # pgqueuer no-op drain: consumers (a connection each) x dequeue batch size
 PROCRASTINATE_CONCURRENCY = 8      # procrastinate no-op drain: one worker, this many concurrent jobs
 PEERS_HINT = ".venv/bin/pip install -r bench/requirements-peers.txt"
@@ -215,22 +216,22 @@ def wa_clear(url: str) -> None:
 
 
 def wa_single(url: str, items: list[dict]) -> float:
+    """One transaction per message, as the peers measure it: each enqueue statement commits on its own (an app
+    enqueuing inside its own transaction pays its BEGIN/COMMIT round trips anyway)."""
     wa_clear(url)
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         started = time.perf_counter()
         for item in items:
             enqueue(conn, to=item["to"], message=item["message"])
-            conn.commit()
         return rate(len(items), started)
 
 
 def wa_bulk(url: str, items: list[dict], chunk: int) -> float:
     wa_clear(url)
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:  # one statement, one transaction, per chunk
         started = time.perf_counter()
         for start in range(0, len(items), chunk):
             enqueue_many(conn, items[start:start + chunk])
-            conn.commit()
         return rate(len(items), started)
 
 
