@@ -3,6 +3,7 @@ DROP VIEW IF EXISTS wa_outbox.queue_health;
 DROP VIEW IF EXISTS wa_outbox.notification_timeline;
 DROP FUNCTION IF EXISTS wa_outbox.enqueue(text, jsonb, text, text, text);
 DROP FUNCTION IF EXISTS wa_outbox.enqueue_many(jsonb);
+DROP FUNCTION IF EXISTS wa_outbox.refuse_item(bigint, text);
 DROP FUNCTION IF EXISTS wa_outbox.take_tokens(text, integer, double precision);
 DROP FUNCTION IF EXISTS wa_outbox.status_rank(text);
 DROP TABLE IF EXISTS wa_outbox.workers;

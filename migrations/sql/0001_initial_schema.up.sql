@@ -19,7 +19,7 @@ CREATE TABLE wa_outbox.notifications (
                      CHECK (recipient ~ '^[1-9][0-9]{6,14}$'),
     message          jsonb NOT NULL CHECK (jsonb_typeof(message) = 'object'),  -- Cloud API body, minus `to`
     idempotency_key  text CHECK (length(idempotency_key) BETWEEN 1 AND 255),
-    request_hash     text NOT NULL,                       -- digest of (sender, recipient, message): 409 on key reuse
+    request_hash     text NOT NULL,                       -- with a key: digest of (sender, recipient, message)
     status           text NOT NULL DEFAULT 'queued' CHECK (status IN
                      ('queued', 'sending', 'unknown', 'sent', 'delivered', 'read', 'failed', 'dead', 'cancelled')),
     attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
@@ -66,7 +66,6 @@ CREATE TABLE wa_outbox.notification_events (
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX notification_events_notification ON wa_outbox.notification_events (notification_id, id);
-CREATE INDEX notification_events_created_at ON wa_outbox.notification_events (created_at);
 
 -- Postgres itself refuses UPDATE and DELETE on the timeline. Retention pruning (and the purge of dead-letter rows
 -- with their events) opts in for its own transaction with: SET LOCAL wa_outbox.allow_prune = 'on'.
@@ -202,7 +201,7 @@ CREATE FUNCTION wa_outbox.enqueue(
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_recipient text := regexp_replace(coalesce(to_, ''), '[\s().-]', '', 'g');
+    v_recipient text := translate(coalesce(to_, ''), E' \t\n\r().-', '');
     v_sender text := coalesce(enqueue.phone_number_id,
                               (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
     v_body jsonb;  -- the message minus the fields wa-outbox sets itself
@@ -224,7 +223,7 @@ BEGIN
         RAISE EXCEPTION 'read receipts and typing indicators (status/message_id) are not outbound messages: '
                         'send them directly, they need no outbox' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    v_body := message - 'to' - 'messaging_product' - 'recipient_type' - 'biz_opaque_callback_data';
+    v_body := message - '{to,messaging_product,recipient_type,biz_opaque_callback_data}'::text[];
     -- Without `type`: the one message object the body carries (e.g. a reply with only `interactive`), else text.
     v_type := coalesce(message->>'type',
                        (SELECT min(k) FROM jsonb_object_keys(message) k
@@ -245,7 +244,8 @@ BEGIN
         RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    v_hash := md5(v_sender || '|' || v_recipient || '|' || v_body::text);
+    -- The request digest only matters for an idempotency key (refused reuse with another message).
+    v_hash := CASE WHEN idempotency_key IS NULL THEN '' ELSE md5(v_sender || '|' || v_recipient || '|' || v_body::text) END;
 
     INSERT INTO wa_outbox.notifications AS n
         (phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
@@ -272,10 +272,14 @@ END $$;
 -- enqueue_many(): many messages in one call, set-based (campaigns, imports). `items` is a JSON array of
 -- {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}; returns the ids in input order
 -- (the existing id for a known idempotency key). All or nothing: one invalid item refuses the whole call.
+CREATE FUNCTION wa_outbox.refuse_item(ord bigint, problem text) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'item % : %', ord, problem USING ERRCODE = 'invalid_parameter_value';
+END $$;
+
 CREATE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
-    v_bad record;
     v_new bigint[];
     v_keys text[];
     v_hashes text[];
@@ -285,50 +289,44 @@ BEGIN
     IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Validation, set-based: the first offending item is reported.
-    SELECT i.ord, CASE
-        WHEN jsonb_typeof(i.item) <> 'object' THEN 'must be an object'
-        WHEN ltrim(regexp_replace(coalesce(i.item->>'to', ''), '[\s().-]', '', 'g'), '+') !~ '^[1-9][0-9]{6,14}$'
-            THEN 'invalid recipient ' || coalesce(i.item->>'to', 'null')
-        WHEN jsonb_typeof(i.item->'message') IS DISTINCT FROM 'object' THEN 'message must be a JSON object'
-        WHEN coalesce(i.item->'message'->>'type', 'text') NOT IN ('text', 'template', 'image', 'audio', 'video',
-                 'document', 'sticker', 'location', 'contacts', 'interactive', 'reaction')
-            THEN 'unknown message type ' || (i.item->'message'->>'type')
-        WHEN (i.item->'message') ? 'status' THEN 'read receipts are not outbound messages'
-        WHEN coalesce(i.item->>'phone_number_id', v_default) IS NULL THEN 'no sender'
-        WHEN coalesce(i.item->>'phone_number_id', v_default) !~ '^[0-9]{1,32}$' THEN 'invalid phone_number_id'
-        END AS problem
-    INTO v_bad
-    FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
-    WHERE jsonb_typeof(i.item) <> 'object'
-       OR ltrim(regexp_replace(coalesce(i.item->>'to', ''), '[\s().-]', '', 'g'), '+') !~ '^[1-9][0-9]{6,14}$'
-       OR jsonb_typeof(i.item->'message') IS DISTINCT FROM 'object'
-       OR coalesce(i.item->'message'->>'type', 'text') NOT IN ('text', 'template', 'image', 'audio', 'video',
-              'document', 'sticker', 'location', 'contacts', 'interactive', 'reaction')
-       OR (i.item->'message') ? 'status'
-       OR coalesce(i.item->>'phone_number_id', v_default) IS NULL
-       OR coalesce(i.item->>'phone_number_id', v_default) !~ '^[0-9]{1,32}$'
-    ORDER BY i.ord LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'item % : %', v_bad.ord, v_bad.problem USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
+    -- One pass: each item is validated as it is read, and an invalid one aborts the statement (refuse_item).
     -- Ids are drawn first, so each item knows its id whether or not its row goes in (a known key does not).
     WITH input AS (
-        SELECT i.ord, nextval(pg_get_serial_sequence('wa_outbox.notifications', 'id')) AS new_id,
-               coalesce(i.item->>'phone_number_id', v_default) AS sender,
-               ltrim(regexp_replace(i.item->>'to', '[\s().-]', '', 'g'), '+') AS recipient,
-               (i.item->'message') - 'to' - 'messaging_product' - 'recipient_type' - 'biz_opaque_callback_data'
-                   AS body,
-               i.item->>'idempotency_key' AS key, i.item->>'correlation_id' AS correlation_id
+        SELECT i.ord, i.item, i.item->'message' AS message,
+               ltrim(translate(coalesce(i.item->>'to', ''), E' \t\n\r().-', ''), '+') AS recipient,
+               coalesce(i.item->>'phone_number_id', v_default) AS sender
         FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), checked AS (
+        SELECT ord, recipient, sender,
+               CASE WHEN message ?| '{to,messaging_product,recipient_type,biz_opaque_callback_data}'
+                    THEN message - '{to,messaging_product,recipient_type,biz_opaque_callback_data}'::text[]
+                    ELSE message END AS body,  -- copy the jsonb only when there is something to strip
+               item->>'idempotency_key' AS key, item->>'correlation_id' AS correlation_id,
+               nextval(pg_get_serial_sequence('wa_outbox.notifications', 'id')) AS new_id,
+               CASE
+                   WHEN jsonb_typeof(item) <> 'object' THEN 'must be an object'
+                   WHEN recipient !~ '^[1-9][0-9]{6,14}$' THEN 'invalid recipient ' || coalesce(item->>'to', 'null')
+                   WHEN jsonb_typeof(message) IS DISTINCT FROM 'object' THEN 'message must be a JSON object'
+                   WHEN coalesce(message->>'type', 'text') NOT IN ('text', 'template', 'image', 'audio', 'video',
+                            'document', 'sticker', 'location', 'contacts', 'interactive', 'reaction')
+                       THEN 'unknown message type ' || (message->>'type')
+                   WHEN message ? 'status' THEN 'read receipts are not outbound messages'
+                   WHEN sender IS NULL THEN 'no sender'
+                   WHEN sender !~ '^[0-9]{1,32}$' THEN 'invalid phone_number_id'
+               END AS problem
+        FROM input
     ), hashed AS (
-        SELECT *, md5(sender || '|' || recipient || '|' || body::text) AS request_hash FROM input
+        -- The request digest only matters for an idempotency key (409 on reuse with another message).
+        SELECT *, CASE WHEN key IS NULL THEN '' ELSE md5(sender || '|' || recipient || '|' || body::text) END
+                  AS request_hash
+        FROM checked
     ), inserted AS (
         INSERT INTO wa_outbox.notifications
             (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
         OVERRIDING SYSTEM VALUE
-        SELECT new_id, sender, recipient, body, key, request_hash, correlation_id FROM hashed ORDER BY ord
+        SELECT CASE WHEN problem IS NULL THEN new_id ELSE wa_outbox.refuse_item(ord, problem) END,
+               sender, recipient, body, key, request_hash, correlation_id
+        FROM hashed ORDER BY ord
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id, correlation_id
     ), events AS (
