@@ -15,11 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 
 from wa_outbox import migrate
 from wa_outbox.config import Settings, normalize_database_url
-from wa_outbox.db import create_engine, embedded_database_url
+from wa_outbox.db import embedded_database_url
 from wa_outbox.webhooks import sign
 
 DATA = Path(__file__).parent / "data"
@@ -61,13 +60,6 @@ def database_url(server_url: str):
     migrate.upgrade(url)
     yield url
     drop_database(server_url, name)
-
-
-@pytest.fixture(scope="session")
-def engine(database_url: str) -> sa.Engine:
-    engine = create_engine(database_url, pool_size=8)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture(autouse=True)
