@@ -55,7 +55,7 @@ CREATE INDEX notifications_correlation_id ON wa_outbox.notifications (correlatio
 
 -- The timeline: one row per transition, append-only.
 CREATE TABLE wa_outbox.notification_events (
-    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               bigint GENERATED ALWAYS AS IDENTITY,
     -- No foreign key: every event is written by the same statement that changes its message, and the check would
     -- cost a look-up per event on the hottest paths. Purge and prune delete a message's events with it.
     notification_id  bigint NOT NULL,
@@ -63,9 +63,10 @@ CREATE TABLE wa_outbox.notification_events (
     attempt          integer,
     detail           jsonb,           -- error detail, wamid, worker, policy applied ...
     correlation_id   text,
-    created_at       timestamptz NOT NULL DEFAULT clock_timestamp()
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- One index serves every read (a message's timeline, in order) and costs one entry per event written.
+    PRIMARY KEY (notification_id, id)
 );
-CREATE INDEX notification_events_notification ON wa_outbox.notification_events (notification_id, id);
 
 -- Postgres itself refuses UPDATE and DELETE on the timeline. Retention pruning (and the purge of dead-letter rows
 -- with their events) opts in for its own transaction with: SET LOCAL wa_outbox.allow_prune = 'on'.
