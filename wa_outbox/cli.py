@@ -100,11 +100,9 @@ def _record_default_sender(settings: Settings) -> None:
     if not settings.phone_number_id:
         return
     import psycopg
+    from .db import query
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO wa_outbox.settings (key, value) VALUES ('default_phone_number_id', %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
-            (settings.phone_number_id,))
+        conn.execute(query("record_default_sender"), {"phone_number_id": settings.phone_number_id})
 
 
 # --- processes ------------------------------------------------------------------------------------------------------
@@ -149,9 +147,10 @@ def worker() -> None:
 
 def _require_schema(settings: Settings) -> None:
     import psycopg
+    from .db import query
     try:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
-            conn.execute("SELECT 1 FROM wa_outbox.alembic_version")
+            conn.execute(query("schema_version"))
     except psycopg.errors.UndefinedTable:
         raise click.ClickException("the database is not migrated: run `wa-outbox db upgrade`") from None
     except psycopg.OperationalError as exc:

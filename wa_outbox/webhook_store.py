@@ -19,13 +19,12 @@ from .webhooks import WebhookEvent
 
 
 class _Pending:
-    __slots__ = ("events", "correlation_id", "wake", "done", "leader", "new", "error")
+    __slots__ = ("events", "correlation_id", "wake", "leader", "new", "error")
 
     def __init__(self, events: list[WebhookEvent], correlation_id: str | None):
         self.events = events
         self.correlation_id = correlation_id
         self.wake = threading.Event()
-        self.done = False
         self.leader = False
         self.new = 0
         self.error: BaseException | None = None
@@ -76,7 +75,6 @@ class WebhookStore:
             else:
                 self._busy = False
         for pending in batch:
-            pending.done = True
             pending.wake.set()
 
     def _insert(self, batch: list[_Pending]) -> set[str]:

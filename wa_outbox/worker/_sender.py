@@ -38,7 +38,7 @@ class Sender:
         self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._outcomes: queue.Queue[tuple[Claimed, Decision | None, dict]] = queue.Queue()
+        self._outcomes: queue.Queue[tuple[Claimed, Decision, dict]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
 
@@ -109,7 +109,7 @@ class Sender:
             elif done.is_set() and self.in_flight == 0 and self._outcomes.empty():
                 return
 
-    def _drain(self, timeout: float, most: int = 1000, linger: float = 0.01) -> list[tuple[Claimed, Decision | None,
+    def _drain(self, timeout: float, most: int = 1000, linger: float = 0.01) -> list[tuple[Claimed, Decision,
                                                                                             dict]]:
         """The outcomes waiting, after lingering briefly for more: one statement records many sends."""
         try:
@@ -124,7 +124,7 @@ class Sender:
                 break
         return batch
 
-    def _record(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
+    def _record(self, batch: list[tuple[Claimed, Decision, dict]]) -> None:
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
@@ -154,7 +154,7 @@ class Sender:
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
                    "correlation_id": row.correlation_id})
 
-    def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
+    def _log(self, row: Claimed, decision: Decision, entry: dict) -> None:
         status = entry["status"]
         key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
             status, "throttled" if entry.get("refund") else "retry")
