@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from wa_outbox.worker._backoff import backoff_seconds
+from wa_outbox.retry import RetryPolicy, backoff_seconds
 from wa_outbox.worker._classify import Action, SendResult, classify
 from wa_outbox.worker._outcomes import Claimed, outcome, request_body
 
@@ -94,10 +94,10 @@ def test_request_body_adds_recipient_and_callback_data():
 
 
 def test_outcomes():
-    fixed = lambda attempt: 8.0  # noqa: E731
+    fixed = RetryPolicy(base_seconds=16, max_seconds=16, max_attempts=10)  # jitter: 8 to 16 s
     retry = outcome(ROW, classify(graph_error(131000)), fixed, 1.0)
-    assert (retry["status"], retry["event"], retry["delay"], retry["refund"]) == ("queued", "retry_scheduled", 8.0,
-                                                                                 False)
+    assert (retry["status"], retry["event"], retry["refund"]) == ("queued", "retry_scheduled", False)
+    assert 8 <= retry["delay"] <= 16
     last = Claimed(**{**ROW.__dict__, "attempts": 5})
     exhausted = outcome(last, classify(graph_error(131000)), fixed, 1.0)
     assert exhausted["status"] == "dead" and "attempts exhausted" in exhausted["detail"]["reason"]

@@ -19,24 +19,26 @@ def auto(database_url):
     engine.dispose()
 
 
-def claim(engine, worker: str, limit: int = 10, lease: float = 60, mps: float = 1000) -> list[tuple]:
-    return wdb.run(engine, "claim_notifications", {"limit": limit, "worker_id": worker, "lease_seconds": lease,
-                                                   "default_mps": mps})[0]
+def claim(engine, worker: str, limit: int = 10, lease: float = 60, mps: float = 1000) -> list[dict]:
+    return wdb.fetch(engine, "claim_notifications", {"limit": limit, "worker_id": worker, "lease_seconds": lease,
+                                                     "default_mps": mps})
 
 
 def record(engine, worker: str, nid: int, status: str = "sent") -> list[tuple]:
+    """The (id, status) pairs recorded."""
     outcome = {"id": nid, "status": status, "event": status, "wamid": "wamid.late", "error": None, "delay": None,
                "refund": False, "detail": {}}
-    return wdb.run(engine, "record_outcomes", {"worker_id": worker, "outcomes": json.dumps([outcome])})[0]
+    rows = wdb.fetch(engine, "record_outcomes", {"worker_id": worker, "outcomes": json.dumps([outcome])})
+    return [(r["id"], r["status"]) for r in rows]
 
 
 def rescue(engine) -> int:
-    return wdb.run(engine, "rescue_expired_leases", {"worker_id": "rescuer", "limit": 100})[0][0][0]
+    return wdb.fetch(engine, "rescue_expired_leases", {"worker_id": "rescuer", "limit": 100})[0]["rescued"]
 
 
 def test_rescuer_first_then_the_late_finisher_changes_nothing(auto, db, sender):
     nid = enqueue(db, to="+5511987654321", message=TEXT)
-    assert [r[0] for r in claim(auto, "A", lease=0.01)] == [nid]
+    assert [r["id"] for r in claim(auto, "A", lease=0.01)] == [nid]
     db.execute("SELECT pg_sleep(0.05)")
     assert rescue(auto) == 1
     assert record(auto, "A", nid) == []  # A finished late: its UPDATE matches nothing
@@ -77,8 +79,8 @@ def test_claim_grants_only_the_tokens_in_the_bucket_and_paces_the_rest(auto, db,
 
 def test_a_paused_sender_gets_no_tokens(auto, db, sender):
     enqueue(db, to="+5511987654321", message=TEXT)
-    wdb.run(auto, "pause_sender", {"phone_number_id": "100000000000001", "seconds": 30, "reason": "190: token",
-                                   "default_mps": 80})
+    wdb.execute(auto, "pause_sender", {"phone_number_id": "100000000000001", "seconds": 30, "reason": "190: token",
+                                       "default_mps": 80})
     assert claim(auto, "A") == []
     wait = db.execute("SELECT extract(epoch FROM next_attempt_at - now()) FROM wa_outbox.notifications"
                       ).fetchone()[0]
@@ -88,12 +90,12 @@ def test_a_paused_sender_gets_no_tokens(auto, db, sender):
 def test_a_pair_limited_recipient_waits_while_others_go(auto, db, sender):
     limited = enqueue(db, to="+5511987654321", message=TEXT)
     other = enqueue(db, to="+5511987654322", message=TEXT)
-    wdb.run(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
-    assert [r[0] for r in claim(auto, "A")] == [other]
+    wdb.execute(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
+    assert [r["id"] for r in claim(auto, "A")] == [other]
     assert db.execute("SELECT status FROM wa_outbox.notifications WHERE id = %s", (limited,)).fetchone() == (
         "queued",)
     # a second strike waits 4^2 s
-    wdb.run(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
+    wdb.execute(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
     wait = db.execute("SELECT extract(epoch FROM pair_paused_until - now()) FROM wa_outbox.contacts").fetchone()[0]
     assert 15 <= wait <= 16.5
 

@@ -32,14 +32,17 @@ def _objects(url: str) -> tuple[set[str], set[str], set[str]]:
 
 
 def _fill(url: str) -> None:
+    """A row in every table (again, at a later revision: the same rows are skipped, a new message is added)."""
     with psycopg.connect(url) as conn:
-        conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '123')")
+        conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '123') ON CONFLICT DO NOTHING")
         conn.execute("""SELECT wa_outbox.enqueue('+5511987654321', '{"type":"text","text":{"body":"x"}}')""")
         conn.execute("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload) "
-                     "VALUES ('m:w', 'messages', 'message', '{}')")
-        conn.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id) VALUES ('123', '5511987654321')")
-        conn.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) VALUES ('123', 80, 80, 80)")
-        conn.execute("INSERT INTO wa_outbox.workers (id, hostname, pid) VALUES ('w', 'h', 1)")
+                     "VALUES ('m:w', 'messages', 'message', '{}') ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id) VALUES ('123', '5511987654321') "
+                     "ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) VALUES ('123', 80, 80, 80) "
+                     "ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO wa_outbox.workers (id, hostname, pid) VALUES ('w', 'h', 1) ON CONFLICT DO NOTHING")
 
 
 def test_upgrade_creates_the_whole_model_and_downgrade_removes_it_with_data_present(scratch_url):
@@ -58,7 +61,21 @@ def test_upgrade_creates_the_whole_model_and_downgrade_removes_it_with_data_pres
     migrate.upgrade(scratch_url)
     _fill(scratch_url)
     with psycopg.connect(scratch_url) as conn:
-        assert conn.execute("SELECT version_num FROM wa_outbox.alembic_version").fetchone()[0] == "0001_initial_schema"
+        assert conn.execute("SELECT version_num FROM wa_outbox.alembic_version").fetchone()[0] == migrate.head()
+        assert conn.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_each_revision_downgrades_and_upgrades_again_with_data_present(scratch_url):
+    """Step by step: every revision's down undoes its up on a database that holds rows written at that revision."""
+    revisions = migrate.revisions()
+    for revision in revisions:
+        migrate.upgrade(scratch_url, revision)
+        _fill(scratch_url)
+    for previous in reversed(["base", *revisions[:-1]]):
+        migrate.downgrade(scratch_url, previous)
+    migrate.upgrade(scratch_url)
+    _fill(scratch_url)
+    with psycopg.connect(scratch_url) as conn:
         assert conn.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
 
 

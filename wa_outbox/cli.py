@@ -284,7 +284,8 @@ def status(term: str) -> None:
 
 def _print_notification(n: dict) -> None:
     import json as _json
-    click.echo(f"message {n['id']}: {n['status']} (attempt {n['attempts']}/{n['max_attempts']})")
+    click.echo(f"message {n['id']}: {n['status']} (attempt {n['attempts']}"
+               + (f"/{n['max_attempts']})" if n["max_attempts"] else ")"))
     click.echo(f"  to +{n['recipient']} from {n['phone_number_id']}, wamid {n['wamid'] or '-'}, "
                f"correlation id {n['correlation_id'] or '-'}")
     if n["last_error"]:
@@ -372,8 +373,9 @@ def ratelimit_show() -> None:
     from . import outbox
     rows = outbox.ratelimits(_engine(_settings()))
     click.echo("phone_number_id\tmps\tburst\ttokens\tpaused_until\tpause_reason")
-    for pnid, mps, burst, tokens, paused_until, reason, _ in rows:
-        click.echo(f"{pnid}\t{mps:g}\t{burst:g}\t{tokens}\t{paused_until or ''}\t{reason or ''}")
+    for r in rows:
+        click.echo(f"{r['phone_number_id']}\t{r['mps']:g}\t{r['burst']:g}\t{r['tokens']}\t{r['paused_until'] or ''}\t"
+                   f"{r['pause_reason'] or ''}")
 
 
 @ratelimit.command("set")
@@ -388,9 +390,9 @@ def ratelimit_set(phone_number_id, mps, burst, resume) -> None:
         validate_phone_number_id(phone_number_id)
     except InvalidMessage as exc:
         raise click.BadParameter(str(exc), param_hint="PHONE_NUMBER_ID") from None
-    pnid, mps, burst, paused_until = outbox.set_ratelimit(_engine(_settings()), phone_number_id, mps, burst, resume)
-    click.echo(f"{pnid}: {mps:g} messages/s, burst {burst:g}" + (f", paused until {paused_until}"
-                                                                 if paused_until else ""))
+    r = outbox.set_ratelimit(_engine(_settings()), phone_number_id, mps, burst, resume)
+    click.echo(f"{r['phone_number_id']}: {r['mps']:g} messages/s, burst {r['burst']:g}"
+               + (f", paused until {r['paused_until']}" if r["paused_until"] else ""))
 
 
 @main.command()

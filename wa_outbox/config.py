@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from .retry import RetryPolicy
 
 DEFAULT_GRAPH_API_BASE_URL = "https://graph.facebook.com/v23.0"  # pinned: the version of the spec we test against
 
@@ -107,6 +110,7 @@ class Settings:
     shutdown_grace: float = 25.0          # SIGTERM: finish in-flight sends within this (Heroku kills at 30 s)
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 900.0
+    max_attempts: int = 10                # attempts before a message or inbound event goes dead
     unknown_window_seconds: float = 600.0  # wait this long for a status webhook to settle an unknown send
     unknown_policy: str = "resend"         # then: resend (if webhooks are arriving) or dead
     inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
@@ -146,6 +150,7 @@ class Settings:
             shutdown_grace=_parse(env, "WA_OUTBOX_SHUTDOWN_GRACE", 25.0, _positive_float, "seconds"),
             retry_base_seconds=_parse(env, "WA_OUTBOX_RETRY_BASE_SECONDS", 2.0, _positive_float, "seconds"),
             retry_max_seconds=_parse(env, "WA_OUTBOX_RETRY_MAX_SECONDS", 900.0, _positive_float, "seconds"),
+            max_attempts=_parse(env, "WA_OUTBOX_MAX_ATTEMPTS", 10, _positive_int, "a positive number of attempts"),
             unknown_window_seconds=_parse(env, "WA_OUTBOX_UNKNOWN_WINDOW_SECONDS", 600.0, _positive_float,
                                           "seconds"),
             unknown_policy=_parse(env, "WA_OUTBOX_UNKNOWN_POLICY", "resend", _policy, "resend or dead"),
@@ -153,6 +158,10 @@ class Settings:
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
         )
+
+    def retry_policy(self) -> "RetryPolicy":
+        from .retry import RetryPolicy
+        return RetryPolicy(self.retry_base_seconds, self.retry_max_seconds, self.max_attempts)
 
     def require(self, *names: str) -> "Settings":
         """Raise ConfigError for the first of the named settings that is unset (the process's role needs it)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 
 from .config import ConfigError, Settings
 
@@ -31,23 +32,48 @@ def query(name: str) -> str:
     return resources.files("wa_outbox").joinpath("sql", f"{name}.sql").read_text()
 
 
-def run(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> tuple[list[tuple], int]:
-    """Run named query `name` as one autocommit statement on a pooled raw psycopg connection; return (rows,
-    rowcount). `engine` must be an autocommit engine. The hot paths use this: one round trip, no ORM layer.
+SAFE_TO_REPEAT = "-- Safe to repeat:"
 
-    If the database dropped the connection (restart, failover), the idle pool is emptied and the statement is tried
-    once more on a new connection: every named query is safe to repeat (guarded or ON CONFLICT)."""
+
+@functools.cache
+def safe_to_repeat(name: str) -> bool:
+    """Whether query `name` may run again after its reply was lost: its header says so, and why, on a line starting
+    with `-- Safe to repeat:`. A query without that line (a claim, an enqueue without idempotency key) is never
+    repeated blindly: a lost reply to its COMMIT would otherwise strand or double its rows."""
+    return any(line.startswith(SAFE_TO_REPEAT) for line in query(name).splitlines() if line.startswith("--"))
+
+
+Row = dict[str, Any]
+
+
+def fetch(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+    """Run named query `name` as one autocommit statement on a pooled raw psycopg connection; return its rows, each
+    a dict by column name. `engine` must be an autocommit engine. The hot paths use this: one round trip, no ORM.
+
+    If the database dropped the connection (restart, failover), the idle pool is emptied; the statement is tried once
+    more on a new connection only when its SQL file declares it safe to repeat (`safe_to_repeat`)."""
+    return _with_reconnect(engine, name, params)[0]
+
+
+def execute(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> int:
+    """Run named query `name` (as `fetch` does) for its effect; return the row count."""
+    return _with_reconnect(engine, name, params)[1]
+
+
+def _with_reconnect(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[Row], int]:
     try:
         return _run_once(engine, name, params)
     except psycopg.OperationalError:
         engine.pool.dispose()
+        if not safe_to_repeat(name):
+            raise
         return _run_once(engine, name, params)
 
 
-def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[tuple], int]:
+def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[Row], int]:
     conn = engine.raw_connection()
     try:
-        with conn.cursor() as cursor:
+        with conn.driver_connection.cursor(row_factory=dict_row) as cursor:
             cursor.execute(query(name), params)
             rows = cursor.fetchall() if cursor.description else []
             return rows, cursor.rowcount

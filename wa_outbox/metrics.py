@@ -25,9 +25,9 @@ _QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead"),
                    "webhook_events": ("queued", "processing", "dead")}
 
 
-def refresh_queue_gauges(rows: list[tuple]) -> None:
+def refresh_queue_gauges(rows: list[dict]) -> None:
     """Set the queue gauges from queue_metrics.sql rows (queue, status, rows, age); absent statuses read 0."""
-    seen = {(q, s): (n, age) for q, s, n, age in rows}
+    seen = {(r["queue"], r["status"]): (r["rows"], r["age"]) for r in rows}
     for queue, statuses in _QUEUE_STATUSES.items():
         for status in statuses:
             n, age = seen.get((queue, status), (0, 0))

@@ -19,6 +19,17 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
+def revisions() -> list[str]:
+    """Every revision, oldest first."""
+    from alembic.script import ScriptDirectory
+    script = ScriptDirectory.from_config(alembic_config(""))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def head() -> str:
+    return revisions()[-1]
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(database_url), revision)
 

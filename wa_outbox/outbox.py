@@ -11,23 +11,18 @@ import sqlalchemy as sa
 from . import db
 from .messages import normalize_recipient, InvalidMessage
 
-NOTIFICATION_FIELDS = ("id", "status", "phone_number_id", "recipient", "message", "attempts", "max_attempts",
-                       "next_attempt_at", "last_error", "wamid", "correlation_id", "idempotency_key", "created_at",
-                       "updated_at", "sent_at", "delivered_at", "read_at", "timeline")
-
-
 def enqueue(engine: sa.Engine, *, to: str, message: dict, idempotency_key: str | None, correlation_id: str | None,
             phone_number_id: str | None) -> tuple[int, str, bool]:
     """(id, status, created) in one autocommit statement. `engine` must be an autocommit engine."""
-    rows, _ = db.run(engine, "enqueue_one", {
+    row = db.fetch(engine, "enqueue_one", {
         "to": to, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": idempotency_key,
-        "correlation_id": correlation_id, "phone_number_id": phone_number_id})
-    return rows[0]
+        "correlation_id": correlation_id, "phone_number_id": phone_number_id})[0]
+    return row["id"], row["status"], row["created"]
 
 
 def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:
-    rows, _ = db.run(engine, "get_notification", {"id": notification_id})
-    return dict(zip(NOTIFICATION_FIELDS, rows[0])) if rows else None
+    rows = db.fetch(engine, "get_notification", {"id": notification_id})
+    return rows[0] if rows else None
 
 
 def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
@@ -36,25 +31,19 @@ def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
         recipient = normalize_recipient(term)
     except InvalidMessage:
         recipient = None
-    rows, _ = db.run(engine, "find_notifications", {"recipient": recipient, "correlation_id": term, "limit": limit})
-    fields = ("id", "status", "recipient", "attempts", "wamid", "correlation_id", "created_at", "updated_at",
-              "last_error")
-    return [dict(zip(fields, row)) for row in rows]
+    return db.fetch(engine, "find_notifications", {"recipient": recipient, "correlation_id": term, "limit": limit})
 
 
 def list_dead(engine: sa.Engine, *, limit: int = 50, before_id: int | None = None,
               code: int | None = None) -> list[dict[str, Any]]:
-    rows, _ = db.run(engine, "list_dead", {"limit": limit, "before_id": before_id, "code": code})
-    fields = ("id", "recipient", "phone_number_id", "attempts", "last_error", "correlation_id", "created_at",
-              "died_at")
-    return [dict(zip(fields, row)) for row in rows]
+    return db.fetch(engine, "list_dead", {"limit": limit, "before_id": before_id, "code": code})
 
 
 def requeue(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, code: int | None = None,
             recipient: str | None = None, actor: str) -> list[int]:
-    rows, _ = db.run(engine, "requeue", {"ids": list(ids), "all": all_dead, "code": code, "recipient": recipient,
-                                         "actor": actor})
-    return [row[0] for row in rows]
+    rows = db.fetch(engine, "requeue", {"ids": list(ids), "all": all_dead, "code": code, "recipient": recipient,
+                                        "actor": actor})
+    return [row["id"] for row in rows]
 
 
 def _with_prune_allowed(engine: sa.Engine, name: str, params: dict) -> tuple:
@@ -75,12 +64,11 @@ def prune(engine: sa.Engine, *, days: int) -> tuple[int, int]:
     return _with_prune_allowed(engine, "prune", {"days": days})
 
 
-def ratelimits(engine: sa.Engine) -> list[tuple]:
-    return db.run(engine, "ratelimit_show")[0]
+def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:
+    return db.fetch(engine, "ratelimit_show")
 
 
 def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
-                  resume: bool) -> tuple:
-    rows, _ = db.run(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
-                                               "burst": burst or max(1.0, mps), "resume": resume})
-    return rows[0]
+                  resume: bool) -> dict[str, Any]:
+    return db.fetch(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
+                                              "burst": burst or max(1.0, mps), "resume": resume})[0]

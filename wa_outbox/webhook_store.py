@@ -14,7 +14,7 @@ from typing import Iterable
 
 import sqlalchemy as sa
 
-from .db import run
+from .db import fetch
 from .webhooks import WebhookEvent
 
 
@@ -81,5 +81,5 @@ class WebhookStore:
         rows = [{"k": e.dedup_key, "f": e.field, "t": e.kind, "a": e.account_id, "p": e.phone_number_id,
                  "w": e.wamid, "s": e.update_status, "v": e.payload, "c": p.correlation_id}
                 for p in batch for e in p.events]
-        result, _ = run(self.engine, "insert_webhook_events", {"events": json.dumps(rows, separators=(",", ":"))})
-        return {key for (key,) in result}
+        result = fetch(self.engine, "insert_webhook_events", {"events": json.dumps(rows, separators=(",", ":"))})
+        return {row["dedup_key"] for row in result}

@@ -61,5 +61,5 @@ WITH s AS (
     ORDER BY m.event_id  -- in the order the webhooks arrived
 )
 SELECT m.event_id,
-       CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END
+       CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END AS disposition
 FROM matched m LEFT JOIN locked l ON l.id = m.nid

@@ -1,4 +1,5 @@
 -- Record the processing outcome of a batch of webhook events: done, retry later (queued + delay), or dead.
+-- Safe to repeat: guarded by status and lease owner; a second run matches nothing.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o(id bigint, status text, delay double precision,
                                                                error text)

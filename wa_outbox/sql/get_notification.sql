@@ -1,4 +1,5 @@
 -- One message with its whole timeline.
+-- Safe to repeat: a read.
 SELECT n.id, n.status, n.phone_number_id, n.recipient, n.message, n.attempts, n.max_attempts, n.next_attempt_at,
        n.last_error, n.wamid, n.correlation_id, n.idempotency_key, n.created_at, n.updated_at, n.sent_at,
        n.delivered_at, n.read_at,

@@ -3,6 +3,8 @@
 -- id. The events arrive as one JSON array: a single parameter is far cheaper to send than one array per column.
 -- Rows go in dedup-key order so two concurrent redeliveries of overlapping batches cannot deadlock on the index.
 -- Returns the keys that were new.
+-- Safe to repeat: ON CONFLICT DO NOTHING; a repeat reports the keys of the first run as not new, and those
+-- POSTs were never answered, so Meta's redelivery is what the count describes.
 INSERT INTO wa_outbox.webhook_events
     (dedup_key, field, kind, account_id, phone_number_id, wamid, update_status, payload, correlation_id)
 SELECT e.k, e.f, e.t, e.a, e.p, e.w, e.s, e.v, e.c

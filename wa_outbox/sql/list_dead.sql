@@ -1,4 +1,5 @@
 -- The dead-letter queue, newest first, keyset-paginated by id.
+-- Safe to repeat: a read.
 SELECT n.id, n.recipient, n.phone_number_id, n.attempts, n.last_error, n.correlation_id, n.created_at,
        n.updated_at AS died_at
 FROM wa_outbox.notifications n

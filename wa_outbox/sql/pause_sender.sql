@@ -1,4 +1,5 @@
 -- Pause a sender (throttled, or blocked until a human acts): every worker's claims grant it no tokens until then.
+-- Safe to repeat: the pause is the later of the two.
 INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens, paused_until, pause_reason)
 VALUES (%(phone_number_id)s, %(default_mps)s, greatest(1, %(default_mps)s), 0,
         now() + make_interval(secs => %(seconds)s), %(reason)s)

@@ -1,5 +1,6 @@
 -- For /metrics at scrape time: queue depths and ages, dead letters, worker heartbeats, paused senders.
-SELECT 'notifications' AS queue, status, rows, coalesce(oldest_age_seconds, 0) FROM wa_outbox.queue_health
+-- Safe to repeat: a read.
+SELECT 'notifications' AS queue, status, rows, coalesce(oldest_age_seconds, 0) AS age FROM wa_outbox.queue_health
 WHERE queue = 'notifications'
 UNION ALL
 SELECT 'webhook_events', status, rows, coalesce(oldest_age_seconds, 0) FROM wa_outbox.queue_health

@@ -1,4 +1,5 @@
 -- Set a sender's rate (messages per second, shared by all workers) and optionally clear a pause.
+-- Safe to repeat: an upsert of the same values.
 INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens)
 VALUES (%(phone_number_id)s, %(mps)s, %(burst)s, %(burst)s)
 ON CONFLICT (phone_number_id) DO UPDATE

@@ -1,4 +1,5 @@
 -- Inbound messages open (or extend) the 24-hour customer-service window for their (business number, customer).
+-- Safe to repeat: the window only moves forward (greatest).
 INSERT INTO wa_outbox.contacts AS c (phone_number_id, wa_id, profile_name, last_inbound_at)
 SELECT m.phone_number_id, m.wa_id, max(m.profile_name), coalesce(to_timestamp(max(m.ts)), now())
 FROM jsonb_to_recordset(%(messages)s::jsonb) AS m(phone_number_id text, wa_id text, profile_name text, ts bigint)

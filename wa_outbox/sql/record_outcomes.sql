@@ -3,6 +3,7 @@
 -- finished after the rescuer took the row changes nothing (the rescuer and a late finisher cannot both win).
 -- Outcome fields: id, status, event, wamid, error, delay (seconds until the next attempt, for `queued`),
 -- refund (give the attempt back: throttling is not the message's fault), detail.
+-- Safe to repeat: guarded by status and lease owner; a second run matches nothing.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb)
         AS o(id bigint, status text, event text, wamid text, error jsonb, delay double precision, refund boolean,

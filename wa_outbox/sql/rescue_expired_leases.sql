@@ -2,6 +2,7 @@
 -- becomes `unknown`, to be settled by a status webhook (biz_opaque_callback_data carries its id) or, after the
 -- window, by the configured policy. Guarded by state and lease expiry: a finisher that records first wins, and then
 -- this UPDATE no longer matches the row.
+-- Safe to repeat: guarded by status and lease expiry; a second run matches nothing.
 WITH expired AS (
     SELECT n.id, n.locked_by
     FROM wa_outbox.notifications n
@@ -23,4 +24,4 @@ WITH expired AS (
            correlation_id
     FROM rescued
 )
-SELECT count(*) FROM rescued
+SELECT count(*) AS rescued FROM rescued

@@ -3,8 +3,10 @@
 --    a deployment whose webhooks are broken never double-sends on a guess; otherwise, and when attempts are
 --    exhausted, `dead`;
 --  * dead: `dead`, with the reason.
+-- Safe to repeat: guarded by status; a second run matches nothing.
 WITH stale AS (
-    SELECT n.id, n.phone_number_id, n.attempts, n.max_attempts
+    SELECT n.id, n.phone_number_id, n.attempts,
+           coalesce(n.max_attempts, %(max_attempts)s) AS max_attempts  -- the row's own, else the retry policy's
     FROM wa_outbox.notifications n
     WHERE n.status = 'unknown' AND n.unknown_since < now() - make_interval(secs => %(window_seconds)s)
     ORDER BY n.unknown_since
@@ -41,4 +43,4 @@ WITH stale AS (
            correlation_id
     FROM settled
 )
-SELECT next_status, count(*) FROM settled GROUP BY next_status
+SELECT next_status, count(*) AS n FROM settled GROUP BY next_status

@@ -76,7 +76,7 @@ def _install_metrics(app: Flask) -> None:
     def _refresh_queue_gauges():
         if request.path == "/metrics":  # read the queues from Postgres at scrape time
             try:
-                rows, _ = db.run(engine_of(app), "queue_metrics")
+                rows = db.fetch(engine_of(app), "queue_metrics")
                 metrics.refresh_queue_gauges(rows)
             except Exception:  # noqa: BLE001 - request metrics are still worth serving
                 logging.getLogger(__name__).exception("queue metrics unavailable")

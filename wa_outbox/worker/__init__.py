@@ -13,7 +13,6 @@ is guarded, so no leader is needed.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -26,7 +25,6 @@ import sqlalchemy as sa
 from .. import db
 from ..config import Settings
 from ._analyzer import analyze_if_never
-from ._backoff import backoff_seconds
 from ._heartbeat import beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
 from ._reconciler import settle_unknown
@@ -51,11 +49,11 @@ class Worker:
         self.transport = transport or (DryRunTransport() if settings.dry_run else GraphTransport(
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
             connect_timeout=settings.connect_timeout, read_timeout=settings.send_timeout))
-        backoff = functools.partial(backoff_seconds, base=settings.retry_base_seconds, cap=settings.retry_max_seconds)
-        self.sender = Sender(self.engine, self.transport, settings, self.worker_id, backoff)
+        self.policy = settings.retry_policy()
+        self.sender = Sender(self.engine, self.transport, settings, self.worker_id, self.policy)
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
-            backoff, settings.lease_seconds)
+            self.policy, settings.lease_seconds)
         self.stopping = threading.Event()
         self._recorder_done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -137,9 +135,9 @@ class Worker:
     def maintain(self) -> None:
         """One round of maintenance (also callable from tests)."""
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
-                     lambda: rescue(self.engine, self.worker_id),
+                     lambda: rescue(self.engine, self.worker_id, self.policy),
                      lambda: settle_unknown(self.engine, self.settings.unknown_window_seconds,
-                                            self.settings.unknown_policy),
+                                            self.settings.unknown_policy, self.policy),
                      lambda: analyze_if_never(self.engine)):
             try:
                 step()

@@ -13,7 +13,7 @@ log = logging.getLogger("wa_outbox.analyzer")
 
 
 def analyze_if_never(engine: sa.Engine) -> list[str]:
-    tables = [name for (name,) in db.run(engine, "tables_never_analyzed")[0]]
+    tables = [row["relname"] for row in db.fetch(engine, "tables_never_analyzed")]
     for name in tables:  # names come from the catalogue, filtered to two known tables
         with engine.connect() as conn:
             conn.exec_driver_sql(f"ANALYZE wa_outbox.{name}")

@@ -12,9 +12,9 @@ from .. import db
 
 
 def beat(engine: sa.Engine, worker_id: str, state: str, info: dict) -> None:
-    db.run(engine, "heartbeat", {"worker_id": worker_id, "hostname": socket.gethostname(), "pid": os.getpid(),
+    db.execute(engine, "heartbeat", {"worker_id": worker_id, "hostname": socket.gethostname(), "pid": os.getpid(),
                                  "state": state, "info": json.dumps(info)})
 
 
 def gone(engine: sa.Engine, worker_id: str) -> None:
-    db.run(engine, "worker_gone", {"worker_id": worker_id})
+    db.execute(engine, "worker_gone", {"worker_id": worker_id})

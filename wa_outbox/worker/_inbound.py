@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from .. import db
 from ..config import ConfigError
+from ..retry import RetryPolicy
 
 log = logging.getLogger("wa_outbox.inbound")
 
@@ -41,35 +42,33 @@ def load_handlers(paths: tuple[str, ...]) -> list[Handler]:
 
 class InboundProcessor:
     def __init__(self, engine: sa.Engine, worker_id: str, handlers: list[Handler],
-                 backoff: Callable[[int], float], lease_seconds: float, batch_size: int = 200):
+                 policy: RetryPolicy, lease_seconds: float, batch_size: int = 200):
         self.engine = engine
         self.worker_id = worker_id
         self.handlers = handlers
-        self.backoff = backoff
+        self.policy = policy
         self.lease_seconds = lease_seconds
         self.batch_size = batch_size
         self.stats = {"processed": 0, "statuses": 0, "messages": 0, "failed": 0}
 
     def process_batch(self) -> int:
         """Claim and process one batch; return how many events it held."""
-        rows, _ = db.run(self.engine, "claim_webhook_events", {
+        events = db.fetch(self.engine, "claim_webhook_events", {
             "limit": self.batch_size, "worker_id": self.worker_id, "lease_seconds": self.lease_seconds})
-        if not rows:
+        if not events:
             return 0
-        events = [dict(zip(("id", "kind", "field", "phone_number_id", "wamid", "status", "payload", "attempts",
-                            "max_attempts", "correlation_id"), row)) for row in rows]
         outcomes: dict[int, dict] = {}
         statuses = [e for e in events if e["kind"] == "status"]
         if statuses:
             outcomes.update(self._apply_statuses(statuses))
         messages = [e for e in events if e["kind"] == "message" and e["field"] == "messages"]
         if messages:
-            db.run(self.engine, "record_inbound_messages", {"messages": json.dumps(
+            db.execute(self.engine, "record_inbound_messages", {"messages": json.dumps(
                 [_contact_of(e) for e in messages])})
         for event in events:
             if event["kind"] != "status":
                 outcomes[event["id"]] = self._handle(event)
-        db.run(self.engine, "finish_webhook_events", {"worker_id": self.worker_id,
+        db.execute(self.engine, "finish_webhook_events", {"worker_id": self.worker_id,
                                                       "outcomes": json.dumps(list(outcomes.values()))})
         self.stats["processed"] += len(events)
         self.stats["statuses"] += len(statuses)
@@ -82,14 +81,15 @@ class InboundProcessor:
             item = e["payload"]["value"]["statuses"][0]
             callback = item.get("biz_opaque_callback_data")
             entries.append({
-                "event_id": e["id"], "wamid": e["wamid"], "status": e["status"],
+                "event_id": e["id"], "wamid": e["wamid"], "status": e["update_status"],
                 "notification_id": int(callback) if isinstance(callback, str) and callback.isdigit()
                 and len(callback) < 19 else None,
                 "errors": item.get("errors"), "ts": _int_or_none(item.get("timestamp")),
             })
-        rows, _ = db.run(self.engine, "apply_statuses", {"statuses": json.dumps(entries)})
+        rows = db.fetch(self.engine, "apply_statuses", {"statuses": json.dumps(entries)})
         outcomes = {}
-        for event_id, disposition in rows:
+        for row in rows:
+            event_id, disposition = row["event_id"], row["disposition"]
             if disposition == "retry":
                 outcomes[event_id] = {"id": event_id, "status": "queued", "delay": STATUS_RETRY_SECONDS,
                                       "error": "its message is still being sent"}
@@ -111,11 +111,11 @@ class InboundProcessor:
         except Exception as exc:  # noqa: BLE001 - the application's code: retry, then dead-letter
             self.stats["failed"] += 1
             error = f"{type(exc).__name__}: {exc}"[:1000]
-            if event["attempts"] >= event["max_attempts"]:
+            delay = self.policy.after_failure(event["attempts"], event["max_attempts"])
+            if delay is None:
                 log.error("inbound event %s dead after %d attempts: %s", event["id"], event["attempts"], error,
                           extra={"correlation_id": event["correlation_id"]})
                 return {"id": event["id"], "status": "dead", "error": error}
-            delay = self.backoff(event["attempts"])
             log.warning("inbound handler failed for event %s (attempt %d), retry in %.1f s: %s", event["id"],
                         event["attempts"], delay, error, extra={"correlation_id": event["correlation_id"]})
             return {"id": event["id"], "status": "queued", "delay": delay, "error": error}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from ..retry import RetryPolicy
+from ..states import MessageStatus as S, TimelineEvent as E
 from ._classify import Action, Decision
 
 
@@ -16,7 +18,7 @@ class Claimed:
     recipient: str
     message: dict[str, Any]
     attempts: int
-    max_attempts: int
+    max_attempts: int | None  # the row's own limit; None: the retry policy's
     correlation_id: str | None
 
 
@@ -27,32 +29,32 @@ def request_body(row: Claimed) -> dict[str, Any]:
             **row.message, "biz_opaque_callback_data": str(row.id)}
 
 
-def outcome(row: Claimed, decision: Decision, backoff: Callable[[int], float], elapsed_ms: float) -> dict[str, Any]:
+def outcome(row: Claimed, decision: Decision, policy: RetryPolicy, elapsed_ms: float) -> dict[str, Any]:
     """The record_outcomes entry for one send."""
     error = None if decision.action is Action.SENT else {
         "message": decision.reason, "code": decision.code, "graph_error": decision.error}
     detail: dict[str, Any] = {"ms": round(elapsed_ms, 1)}
     if decision.action is Action.SENT:
-        return _entry(row, "sent", "sent", {**detail, "wamid": decision.wamid}, wamid=decision.wamid)
+        return _entry(row, S.SENT, E.SENT, {**detail, "wamid": decision.wamid}, wamid=decision.wamid)
     if decision.action is Action.UNKNOWN:
-        return _entry(row, "unknown", "unknown", {**detail, "reason": decision.reason}, error=error)
+        return _entry(row, S.UNKNOWN, E.UNKNOWN, {**detail, "reason": decision.reason}, error=error)
     if decision.action is Action.DEAD:
-        return _entry(row, "dead", "dead", {**detail, "reason": decision.reason, "code": decision.code}, error=error)
+        return _entry(row, S.DEAD, E.DEAD, {**detail, "reason": decision.reason, "code": decision.code}, error=error)
     if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
-        event = {Action.THROTTLE_SENDER: "throttled", Action.PAUSE_SENDER: "sender_paused",
-                 Action.PAIR_LIMIT: "pair_limited"}[decision.action]
+        event = {Action.THROTTLE_SENDER: E.THROTTLED, Action.PAUSE_SENDER: E.SENDER_PAUSED,
+                 Action.PAIR_LIMIT: E.PAIR_LIMITED}[decision.action]
         # Not the message's fault: the attempt is given back. It waits out the sender's pause; a recipient's pause
         # (4^n s, counted in the database) is applied by the next claim.
-        return _entry(row, "queued", event, {**detail, "reason": decision.reason, "code": decision.code},
+        return _entry(row, S.QUEUED, event, {**detail, "reason": decision.reason, "code": decision.code},
                       error=error, delay=decision.wait_seconds or 0.0, refund=True)
     # RETRY / RETRY_AT: an attempt spent
-    if row.attempts >= row.max_attempts:
-        return _entry(row, "dead", "dead", {**detail, "reason": f"attempts exhausted ({row.attempts}): "
-                                                               f"{decision.reason}", "code": decision.code},
-                      error=error)
+    backoff = policy.after_failure(row.attempts, row.max_attempts)
+    if backoff is None:
+        return _entry(row, S.DEAD, E.DEAD, {**detail, "reason": f"attempts exhausted ({row.attempts}): "
+                                                         f"{decision.reason}", "code": decision.code}, error=error)
     delay = decision.wait_seconds if decision.action is Action.RETRY_AT and decision.wait_seconds is not None \
-        else backoff(row.attempts)
-    return _entry(row, "queued", "retry_scheduled",
+        else backoff
+    return _entry(row, S.QUEUED, E.RETRY_SCHEDULED,
                   {**detail, "reason": decision.reason, "code": decision.code, "retry_in_s": round(delay, 3)},
                   error=error, delay=delay)
 

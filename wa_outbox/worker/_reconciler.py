@@ -8,13 +8,16 @@ import logging
 import sqlalchemy as sa
 
 from .. import db
+from ..retry import RetryPolicy
 
 log = logging.getLogger("wa_outbox.reconciler")
 
 
-def settle_unknown(engine: sa.Engine, window_seconds: float, policy: str, limit: int = 1000) -> dict[str, int]:
-    rows, _ = db.run(engine, "settle_unknown", {"window_seconds": window_seconds, "policy": policy, "limit": limit})
-    settled = dict(rows)
+def settle_unknown(engine: sa.Engine, window_seconds: float, policy: str, retry: RetryPolicy,
+                   limit: int = 1000) -> dict[str, int]:
+    rows = db.fetch(engine, "settle_unknown", {"window_seconds": window_seconds, "policy": policy, "limit": limit,
+                                               "max_attempts": retry.max_attempts})
+    settled = {row["next_status"]: row["n"] for row in rows}
     if settled:
         log.warning("settled unknown messages past the %.0f s window: %s", window_seconds, settled)
     return settled

@@ -9,14 +9,14 @@ import logging
 import sqlalchemy as sa
 
 from .. import db
+from ..retry import RetryPolicy
 
 log = logging.getLogger("wa_outbox.rescuer")
 
 
-def rescue(engine: sa.Engine, worker_id: str, limit: int = 1000) -> tuple[int, int]:
-    rows, _ = db.run(engine, "rescue_expired_leases", {"worker_id": worker_id, "limit": limit})
-    notifications = rows[0][0] if rows else 0
-    _, events = db.run(engine, "rescue_webhook_events", {"limit": limit})
+def rescue(engine: sa.Engine, worker_id: str, policy: RetryPolicy, limit: int = 1000) -> tuple[int, int]:
+    notifications = db.fetch(engine, "rescue_expired_leases", {"worker_id": worker_id, "limit": limit})[0]["rescued"]
+    events = db.execute(engine, "rescue_webhook_events", {"limit": limit, "max_attempts": policy.max_attempts})
     if notifications or events:
         log.warning("rescued %d messages (now unknown) and %d webhook events from expired leases",
                     notifications, events)

@@ -13,12 +13,12 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import sqlalchemy as sa
 
 from .. import db
 from ..config import Settings
+from ..retry import RetryPolicy
 from ._classify import Action, Decision, SendResult, classify
 from ._outcomes import Claimed, outcome, request_body
 from ._transport import Transport
@@ -28,12 +28,12 @@ log = logging.getLogger("wa_outbox.worker")
 
 class Sender:
     def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
-                 backoff: Callable[[int], float]):
+                 policy: RetryPolicy):
         self.engine = engine
         self.transport = transport
         self.settings = settings
         self.worker_id = worker_id
-        self.backoff = backoff
+        self.policy = policy
         self.concurrency = settings.worker_concurrency
         self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
         self._lock = threading.Lock()
@@ -66,11 +66,11 @@ class Sender:
             self.wake.wait(self.settings.poll_interval)
 
     def _claim(self, limit: int) -> list[Claimed]:
-        rows, _ = db.run(self.engine, "claim_notifications", {
+        rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps})
         self.stats["claimed"] += len(rows)
-        return [Claimed(*row) for row in rows]
+        return [Claimed(**row) for row in rows]
 
     def _start(self, row: Claimed) -> None:
         with self._lock:
@@ -93,7 +93,7 @@ class Sender:
         except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
-        self._outcomes.put((row, decision, outcome(row, decision, self.backoff, result.elapsed_ms)))
+        self._outcomes.put((row, decision, outcome(row, decision, self.policy, result.elapsed_ms)))
         with self._lock:
             self._in_flight -= 1
         self.wake.set()
@@ -128,7 +128,7 @@ class Sender:
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
-                db.run(self.engine, "record_outcomes", {
+                db.execute(self.engine, "record_outcomes", {
                     "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
                 break
             except Exception:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
@@ -144,9 +144,9 @@ class Sender:
     def _pause(self, row: Claimed, decision: Decision) -> None:
         """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
         if decision.action is Action.PAIR_LIMIT:
-            db.run(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
+            db.execute(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
             return
-        db.run(self.engine, "pause_sender", {
+        db.execute(self.engine, "pause_sender", {
             "phone_number_id": row.phone_number_id, "seconds": decision.wait_seconds or 1.0,
             "reason": decision.reason, "default_mps": self.settings.rate_limit_mps})
         (log.error if decision.alert else log.warning)(

@@ -1,0 +1,64 @@
+"""The words the database stores for states and transitions, in one place.
+
+Each enum mirrors a CHECK constraint of the schema (migrations/sql/); `tests/test_states.py` reads the constraints
+from a migrated database and fails when the two differ, so SQL and Python cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class MessageStatus(enum.StrEnum):
+    """`notifications.status`: where a message is in its life."""
+    QUEUED = "queued"          # waiting for a worker (or for its next attempt)
+    SENDING = "sending"        # claimed by a worker, lease set
+    UNKNOWN = "unknown"        # the request may have reached Meta: settled from status webhooks
+    SENT = "sent"              # Meta accepted it (wamid stored)
+    DELIVERED = "delivered"
+    READ = "read"
+    FAILED = "failed"          # Meta reported failure after accepting it
+    DEAD = "dead"              # the dead-letter queue
+    CANCELLED = "cancelled"
+
+
+class TimelineEvent(enum.StrEnum):
+    """`notification_events.event`: one row per transition of a message."""
+    QUEUED = "queued"
+    SENDING = "sending"
+    SENT = "sent"
+    RETRY_SCHEDULED = "retry_scheduled"
+    THROTTLED = "throttled"              # the sender was over its rate: waits without spending an attempt
+    SENDER_PAUSED = "sender_paused"      # the sender needs a human (auth, blocked)
+    PAIR_LIMITED = "pair_limited"        # 131056: this recipient is paused
+    UNKNOWN = "unknown"
+    RECONCILED = "reconciled"            # a status webhook settled an unknown (or re-queued) send
+    RELEASED = "released"                # a claim whose answer was lost: given back unsent
+    DELIVERED = "delivered"
+    READ = "read"
+    PLAYED = "played"
+    FAILED = "failed"
+    UNRECOGNIZED_STATUS = "unrecognized_status"  # a status word Meta sent that this version does not know
+    DEAD = "dead"
+    REQUEUED = "requeued"
+    CANCELLED = "cancelled"
+
+
+class WebhookEventStatus(enum.StrEnum):
+    """`webhook_events.status`: the inbound queue."""
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    DONE = "done"
+    DEAD = "dead"
+
+
+class WebhookEventKind(enum.StrEnum):
+    """`webhook_events.kind`."""
+    MESSAGE = "message"
+    STATUS = "status"
+    CHANGE = "change"
+
+
+def sql_list(words: type[enum.StrEnum]) -> str:
+    """The enum as an SQL list literal, e.g. for a CHECK constraint: ('queued', 'sending', …)."""
+    return "(" + ", ".join(f"'{w.value}'" for w in words) + ")"
