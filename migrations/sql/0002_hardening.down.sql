@@ -5,6 +5,8 @@
 -- == Webhook receiver ==============================================================================================
 
 -- == Inbound events ================================================================================================
+DROP INDEX wa_outbox.webhook_events_status_outbox_id;
+DROP FUNCTION wa_outbox.callback_outbox_id(text);
 
 -- == Dead schema ===================================================================================================
 DROP INDEX wa_outbox.notifications_dead;

@@ -21,6 +21,19 @@ DROP INDEX wa_outbox.notifications_dead;
 CREATE INDEX notifications_dead ON wa_outbox.notifications (id) WHERE status = 'dead';
 
 -- == Inbound events ================================================================================================
+-- A status webhook finds its message by wamid or by the outbox id echoed in biz_opaque_callback_data, written as
+-- "<outbox id>" or "<outbox id>:<the app's own value>": the leading digits before an optional ':' (the same rule as
+-- outbox_id_from_callback in wa_outbox/worker/_inbound.py; at most 18 digits, so it always fits a bigint).
+CREATE FUNCTION wa_outbox.callback_outbox_id(callback text) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(callback FROM '^([0-9]{1,18})(?::|$)')::bigint
+$$;
+-- settle_unknown.sql must not resend an `unknown` message while a stored status event for it is still to be
+-- processed (it will settle it), and must not blindly resend one whose status event went dead. Such a message
+-- usually has no wamid (its send answer was lost), so its status events are found by the echoed outbox id. Partial:
+-- only status events not yet done, a handful at any time.
+CREATE INDEX webhook_events_status_outbox_id ON wa_outbox.webhook_events
+    (wa_outbox.callback_outbox_id(payload #>> '{value,statuses,0,biz_opaque_callback_data}'))
+    WHERE kind = 'status' AND status <> 'done';
 
 -- == Webhook receiver ==============================================================================================
 

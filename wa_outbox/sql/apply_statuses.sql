@@ -2,13 +2,17 @@
 -- A status finds its message by wamid, or else by the outbox id echoed in biz_opaque_callback_data (a message whose
 -- send answer was lost has no wamid yet). Statuses move a message forward only (status_rank), in whatever order they
 -- arrive; `unknown`, re-`queued` and `dead` messages that Meta reports as sent are `reconciled`: settled, not resent.
+-- A status word this version does not know (status_rank 0: `deleted`, `warning`, whatever Meta adds) moves nothing:
+-- it is only written on the timeline as `unrecognized_status`, never as an event of its own name.
 -- Messages still `sending` are left to their worker: their statuses are retried a moment later.
+-- The inputs are already parsed and clamped (worker/_inbound.py: status_entry), so bad fields cannot fail this
+-- statement; if anything else does, the worker bisects the batch to find the one event that fails.
 -- Returns each input event's disposition: applied, retry, or unmatched (not a message this outbox sent).
 WITH s AS (
     SELECT * FROM jsonb_to_recordset(%(statuses)s::jsonb)
         AS s(event_id bigint, wamid text, status text, notification_id bigint, errors jsonb, ts bigint)
 ), matched AS (
-    SELECT s.*, coalesce(by_wamid.id, by_id.id) AS nid
+    SELECT s.*, coalesce(by_wamid.id, by_id.id) AS nid, wa_outbox.status_rank(s.status) AS rank
     FROM s
     LEFT JOIN wa_outbox.notifications by_wamid ON by_wamid.wamid = s.wamid
     LEFT JOIN wa_outbox.notifications by_id
@@ -21,18 +25,19 @@ WITH s AS (
     ORDER BY n.id
     FOR UPDATE
 ), target AS (
-    SELECT m.nid, max(wa_outbox.status_rank(m.status)) AS best_rank, min(m.wamid) AS wamid,
+    SELECT m.nid, max(m.rank) AS best_rank, min(m.wamid) AS wamid,
            (array_agg(m.errors) FILTER (WHERE m.status = 'failed'))[1] AS errors,
            to_timestamp(min(m.ts) FILTER (WHERE m.status = 'sent')) AS sent_ts,
            to_timestamp(min(m.ts) FILTER (WHERE m.status = 'delivered')) AS delivered_ts,
            to_timestamp(min(m.ts) FILTER (WHERE m.status IN ('read', 'played'))) AS read_ts
     FROM matched m JOIN locked l ON l.id = m.nid
-    WHERE l.status <> 'sending'
+    WHERE l.status <> 'sending' AND m.rank > 0  -- an unrecognized word moves nothing
     GROUP BY m.nid
 ), updated AS (
     UPDATE wa_outbox.notifications n
     SET status = CASE greatest(t.best_rank, wa_outbox.status_rank(n.status))
-                     WHEN 10 THEN 'sent' WHEN 20 THEN 'delivered' WHEN 25 THEN 'failed' ELSE 'read' END,
+                     WHEN 10 THEN 'sent' WHEN 20 THEN 'delivered' WHEN 25 THEN 'failed' WHEN 30 THEN 'read'
+                     ELSE n.status END,
         wamid = coalesce(n.wamid, t.wamid),
         sent_at = coalesce(n.sent_at, t.sent_ts, t.delivered_ts, t.read_ts, now()),
         delivered_at = coalesce(n.delivered_at, t.delivered_ts),
@@ -53,8 +58,9 @@ WITH s AS (
     WHERE l.status IN ('unknown', 'queued', 'dead', 'cancelled')
 ), timeline AS (  -- Meta's `sent` repeats what the send already recorded; `reconciled` covers the other case
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
-    SELECT l.id, m.status, l.attempts,
-           jsonb_strip_nulls(jsonb_build_object('wamid', m.wamid, 'errors', m.errors, 'webhook_event_id', m.event_id)),
+    SELECT l.id, CASE WHEN m.rank > 0 THEN m.status ELSE 'unrecognized_status' END, l.attempts,
+           jsonb_strip_nulls(jsonb_build_object('wamid', m.wamid, 'errors', m.errors, 'webhook_event_id', m.event_id,
+                                                'status', CASE WHEN m.rank = 0 THEN m.status END)),
            l.correlation_id
     FROM matched m JOIN locked l ON l.id = m.nid
     WHERE l.status <> 'sending' AND m.status <> 'sent'

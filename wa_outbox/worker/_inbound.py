@@ -3,8 +3,14 @@
 - statuses update their messages (apply_statuses.sql: by wamid or by the echoed outbox id, forward only);
 - inbound messages open the 24-hour window (contacts) and go to the application's handlers;
 - other changes (template, account, calls …) go to the handlers.
-A handler that raises is retried with backoff and ends `dead` like an outbound message. Handlers are called at
-least once per event (a worker killed mid-batch means the batch runs again): make them idempotent on event["id"].
+
+One bad event never holds back another. Each event's fields are parsed by pure functions that reject or clamp garbage
+(`status_entry`, `contact_of`), so a field cannot fail a statement; the statements stay set-based (one per batch),
+and should one fail anyway, the batch is bisected until only the events that fail are left (`_isolated`). A failing
+event — a handler that raises, a row the database refuses — is retried with the retry policy's backoff and ends
+`dead` with its error. Handlers are called at least once per event (a worker killed mid-batch means the batch runs
+again): make them idempotent on event["id"]. While slow handlers run, the batch's lease is renewed (`_LeaseKeeper`),
+so no other worker takes the batch over and runs a handler a second time at once.
 """
 
 from __future__ import annotations
@@ -12,19 +18,139 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from typing import Any, Callable
+import re
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
+import psycopg
 import sqlalchemy as sa
 
 from .. import db
 from ..config import ConfigError
 from ..retry import RetryPolicy
+from ..states import TimelineEvent, WebhookEventStatus
 
 log = logging.getLogger("wa_outbox.inbound")
 
 Handler = Callable[[dict[str, Any]], Any]
 STATUS_RETRY_SECONDS = 2.0  # a status for a message whose send is still being recorded: look again shortly
 
+# The status words the outbox acts on: those wa_outbox.status_rank() ranks above 0 (migrations/sql/0001).
+KNOWN_STATUS_WORDS = frozenset({TimelineEvent.SENT.value, TimelineEvent.DELIVERED.value, TimelineEvent.READ.value,
+                                TimelineEvent.PLAYED.value, TimelineEvent.FAILED.value})
+# Unix timestamps outside these bounds are garbage, not dates (Postgres' to_timestamp would overflow on some).
+EARLIEST_TIMESTAMP = 946_684_800    # 2000-01-01
+LATEST_TIMESTAMP = 4_102_444_800    # 2100-01-01
+MAX_WORD_CHARS = 64                 # a status word kept on the timeline and in logs
+MAX_ERROR_CHARS = 1000
+MAX_NAME_CHARS = 256                # a customer's profile name
+MAX_WA_ID_CHARS = 32
+# The outbox id echoed in biz_opaque_callback_data: "<id>" or "<id>:<the app's own value>". 18 digits always fit a
+# bigint. Same rule as wa_outbox.callback_outbox_id() in SQL (migrations/sql/0002_hardening.up.sql).
+_CALLBACK_OUTBOX_ID = re.compile(r"([0-9]{1,18})(?::|\Z)")
+# SQLSTATE classes that say the database or the connection is in trouble, not the statement's input: the batch is
+# left to its lease instead of charging each event an attempt.
+_INFRASTRUCTURE_SQLSTATES = ("08", "53", "57P", "58", "XX")
+# A handler that runs past this many leases is taken for hung: its batch's lease is no longer renewed.
+HANDLER_HOLD_LEASES = 10
+# Unrecognized status words are logged once per word per process; past this many words, no longer.
+_MAX_LOGGED_WORDS = 1000
+_logged_words: set[str] = set()
+_logged_words_lock = threading.Lock()
+
+
+# --- pure parsing: each event's fields, never raising ----------------------------------------------------------------
+
+def parse_timestamp(value: Any) -> int | None:
+    """A Unix timestamp in seconds as Meta sends it (a string of digits; an int is accepted), or None when it is
+    missing, not a whole number, or outside 2000–2100."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.isascii() or not value.isdigit() or len(value) > 12:
+            return None
+        value = int(value)
+    if not isinstance(value, int) or not EARLIEST_TIMESTAMP <= value <= LATEST_TIMESTAMP:
+        return None
+    return value
+
+
+def outbox_id_from_callback(value: Any) -> int | None:
+    """The outbox id a status webhook echoes in `biz_opaque_callback_data` ("<id>" or "<id>:<app's value>"), or None
+    when the value is not one of ours."""
+    if not isinstance(value, str):
+        return None
+    match = _CALLBACK_OUTBOX_ID.match(value)
+    return int(match.group(1)) if match else None
+
+
+def parse_errors(value: Any) -> list[dict] | None:
+    """A status's `errors` as a list of objects (Meta sends a list of {"code", "title", …}); None when there are
+    none. A lone object is wrapped; anything else is dropped (the raw payload stays on the webhook event)."""
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return None
+    errors = [e for e in value if isinstance(e, dict)]
+    return errors or None
+
+
+def status_word(value: Any) -> str:
+    """The status word, cut to a sane length ("" when missing)."""
+    return value[:MAX_WORD_CHARS] if isinstance(value, str) else ""
+
+
+def status_entry(event: dict) -> dict:
+    """A stored status event as apply_statuses.sql's input: every field parsed, garbage dropped."""
+    item = _first_item(event.get("payload"), "statuses")
+    return {"event_id": event["id"], "wamid": event.get("wamid"),
+            "status": status_word(event.get("update_status") or item.get("status")),
+            "notification_id": outbox_id_from_callback(item.get("biz_opaque_callback_data")),
+            "errors": parse_errors(item.get("errors")), "ts": parse_timestamp(item.get("timestamp"))}
+
+
+def contact_of(event: dict) -> dict:
+    """A stored inbound message as record_inbound_messages.sql's input: who wrote, their profile name, when."""
+    payload = event.get("payload")
+    value = payload.get("value") if isinstance(payload, dict) else None
+    message = _first_item(payload, "messages")
+    wa_id = message.get("from")
+    wa_id = wa_id if isinstance(wa_id, str) and 0 < len(wa_id) <= MAX_WA_ID_CHARS else None
+    name = None
+    contacts = value.get("contacts") if isinstance(value, dict) else None
+    for contact in contacts if isinstance(contacts, list) else ():
+        if isinstance(contact, dict) and contact.get("wa_id") == wa_id:
+            profile = contact.get("profile")
+            candidate = profile.get("name") if isinstance(profile, dict) else None
+            name = candidate[:MAX_NAME_CHARS] if isinstance(candidate, str) else None
+            break
+    return {"phone_number_id": event.get("phone_number_id"), "wa_id": wa_id, "profile_name": name,
+            "ts": parse_timestamp(message.get("timestamp"))}
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as the event's last_error: short, and text Postgres can store (no NUL, no lone surrogate)."""
+    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
+    return text[:MAX_ERROR_CHARS]
+
+
+def _first_item(payload: Any, list_name: str) -> dict:
+    value = payload.get("value") if isinstance(payload, dict) else None
+    items = value.get(list_name) if isinstance(value, dict) else None
+    return items[0] if isinstance(items, list) and items and isinstance(items[0], dict) else {}
+
+
+def _is_the_statements_fault(exc: Exception) -> bool:
+    """Whether the database refused the statement for its input (so bisecting the batch finds the culprit), rather
+    than the connection or server failing (so every event would fail alike)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(exc, psycopg.Error) and bool(sqlstate) and not sqlstate.startswith(_INFRASTRUCTURE_SQLSTATES)
+
+
+# --- the processor -----------------------------------------------------------------------------------------------
 
 def load_handlers(paths: tuple[str, ...]) -> list[Handler]:
     handlers = []
@@ -49,7 +175,8 @@ class InboundProcessor:
         self.policy = policy
         self.lease_seconds = lease_seconds
         self.batch_size = batch_size
-        self.stats = {"processed": 0, "statuses": 0, "messages": 0, "failed": 0}
+        self.stats = {"processed": 0, "statuses": 0, "messages": 0, "failed": 0, "dead": 0,
+                      "unrecognized_statuses": 0, "lease_lost": 0}
 
     def process_batch(self) -> int:
         """Claim and process one batch; return how many events it held."""
@@ -57,82 +184,179 @@ class InboundProcessor:
             "limit": self.batch_size, "worker_id": self.worker_id, "lease_seconds": self.lease_seconds})
         if not events:
             return 0
-        outcomes: dict[int, dict] = {}
         statuses = [e for e in events if e["kind"] == "status"]
-        if statuses:
-            outcomes.update(self._apply_statuses(statuses))
         messages = [e for e in events if e["kind"] == "message" and e["field"] == "messages"]
-        if messages:
-            db.execute(self.engine, "record_inbound_messages", {"messages": json.dumps(
-                [_contact_of(e) for e in messages])})
-        for event in events:
-            if event["kind"] != "status":
-                outcomes[event["id"]] = self._handle(event)
-        db.execute(self.engine, "finish_webhook_events", {"worker_id": self.worker_id,
-                                                      "outcomes": json.dumps(list(outcomes.values()))})
+        handled = [e for e in events if e["kind"] != "status"]
+        keeper = _LeaseKeeper(self.engine, self.worker_id, self.lease_seconds, [e["id"] for e in events])
+        if self.handlers and handled:
+            keeper.start()  # handlers may be slow: keep the batch ours until it is finished
+        try:
+            outcomes: dict[int, dict] = {}
+            if statuses:
+                outcomes.update(self._apply_statuses(statuses))
+            if messages:
+                outcomes.update(self._record_contacts(messages))
+            for event in handled:
+                if event["id"] in outcomes:  # its contact could not be recorded: retried, handlers then
+                    continue
+                if not keeper.holds(event["id"]):
+                    self.stats["lease_lost"] += 1
+                    log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
+                                extra={"correlation_id": event["correlation_id"]})
+                    continue
+                with keeper.running():
+                    outcomes[event["id"]] = self._handle(event)
+            if outcomes:
+                db.execute(self.engine, "finish_webhook_events", {
+                    "worker_id": self.worker_id, "outcomes": json.dumps(list(outcomes.values()))})
+        finally:
+            keeper.stop()
         self.stats["processed"] += len(events)
         self.stats["statuses"] += len(statuses)
         self.stats["messages"] += len(messages)
         return len(events)
 
     def _apply_statuses(self, statuses: list[dict]) -> dict[int, dict]:
-        entries = []
-        for e in statuses:
-            item = e["payload"]["value"]["statuses"][0]
-            callback = item.get("biz_opaque_callback_data")
-            entries.append({
-                "event_id": e["id"], "wamid": e["wamid"], "status": e["update_status"],
-                "notification_id": int(callback) if isinstance(callback, str) and callback.isdigit()
-                and len(callback) < 19 else None,
-                "errors": item.get("errors"), "ts": _int_or_none(item.get("timestamp")),
-            })
-        rows = db.fetch(self.engine, "apply_statuses", {"statuses": json.dumps(entries)})
-        outcomes = {}
+        entries, by_id = [], {e["id"]: e for e in statuses}
+        for event in statuses:
+            entry = status_entry(event)
+            if entry["status"] not in KNOWN_STATUS_WORDS:
+                self._unrecognized(entry["status"], event)
+            entries.append(entry)
+        rows, failures = self._isolated("apply_statuses", "statuses", entries, "event_id")
+        outcomes = {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
         for row in rows:
             event_id, disposition = row["event_id"], row["disposition"]
-            if disposition == "retry":
-                outcomes[event_id] = {"id": event_id, "status": "queued", "delay": STATUS_RETRY_SECONDS,
+            if disposition == "retry":  # waiting for the send to be recorded is no failure: the attempt is refunded
+                outcomes[event_id] = {"id": event_id, "status": WebhookEventStatus.QUEUED,
+                                      "delay": STATUS_RETRY_SECONDS, "refund": True,
                                       "error": "its message is still being sent"}
             else:
-                outcomes[event_id] = {"id": event_id, "status": "done",
+                outcomes[event_id] = {"id": event_id, "status": WebhookEventStatus.DONE,
                                       "error": None if disposition == "applied" else
                                       "no message of this outbox has this wamid or id"}
         return outcomes
 
+    def _record_contacts(self, messages: list[dict]) -> dict[int, dict]:
+        """Open the 24-hour windows; return the failure outcomes of the events whose contact could not be stored."""
+        entries = [{**contact_of(e), "event_id": e["id"]} for e in messages]
+        _, failures = self._isolated("record_inbound_messages", "messages", entries, "event_id")
+        by_id = {e["id"]: e for e in messages}
+        return {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
+
+    def _isolated(self, query: str, param: str, entries: list[dict], key: str) -> tuple[list[dict], dict[int, str]]:
+        """Run a set-based statement over `entries`; if the database refuses it, bisect, so that the entries that
+        can be applied are, and only those that fail are returned (by `key`, with their error). One statement when
+        all is well; about 2·log2(n) more per bad entry otherwise."""
+        try:
+            return db.fetch(self.engine, query, {param: json.dumps(entries)}), {}
+        except Exception as exc:
+            if not _is_the_statements_fault(exc):
+                raise  # the database is in trouble: the batch goes back by its lease
+            if len(entries) == 1:
+                return [], {entries[0][key]: error_text(exc)}
+            middle = len(entries) // 2
+            rows_a, failed_a = self._isolated(query, param, entries[:middle], key)
+            rows_b, failed_b = self._isolated(query, param, entries[middle:], key)
+            return rows_a + rows_b, {**failed_a, **failed_b}
+
     def _handle(self, event: dict) -> dict:
         if not self.handlers:
-            return {"id": event["id"], "status": "done"}
+            return {"id": event["id"], "status": WebhookEventStatus.DONE}
         public = {k: event[k] for k in ("id", "kind", "field", "phone_number_id", "wamid", "payload",
                                         "correlation_id")}
         try:
             for handler in self.handlers:
                 handler(public)
-            return {"id": event["id"], "status": "done"}
+            return {"id": event["id"], "status": WebhookEventStatus.DONE}
         except Exception as exc:  # noqa: BLE001 - the application's code: retry, then dead-letter
-            self.stats["failed"] += 1
-            error = f"{type(exc).__name__}: {exc}"[:1000]
-            delay = self.policy.after_failure(event["attempts"], event["max_attempts"])
-            if delay is None:
-                log.error("inbound event %s dead after %d attempts: %s", event["id"], event["attempts"], error,
-                          extra={"correlation_id": event["correlation_id"]})
-                return {"id": event["id"], "status": "dead", "error": error}
-            log.warning("inbound handler failed for event %s (attempt %d), retry in %.1f s: %s", event["id"],
-                        event["attempts"], delay, error, extra={"correlation_id": event["correlation_id"]})
-            return {"id": event["id"], "status": "queued", "delay": delay, "error": error}
+            return self._failure(event, error_text(exc))
+
+    def _failure(self, event: dict, error: str) -> dict:
+        """The outcome of a failed attempt: retried after the policy's backoff, or dead when attempts are spent."""
+        self.stats["failed"] += 1
+        delay = self.policy.after_failure(event["attempts"], event["max_attempts"])
+        if delay is None:
+            self.stats["dead"] += 1
+            log.error("inbound event %s dead after %d attempts: %s", event["id"], event["attempts"], error,
+                      extra={"correlation_id": event["correlation_id"]})
+            return {"id": event["id"], "status": WebhookEventStatus.DEAD, "error": error}
+        log.warning("inbound event %s failed (attempt %d), retry in %.1f s: %s", event["id"], event["attempts"],
+                    delay, error, extra={"correlation_id": event["correlation_id"]})
+        return {"id": event["id"], "status": WebhookEventStatus.QUEUED, "delay": delay, "error": error}
+
+    def _unrecognized(self, word: str, event: dict) -> None:
+        self.stats["unrecognized_statuses"] += 1
+        with _logged_words_lock:
+            first = word not in _logged_words and len(_logged_words) < _MAX_LOGGED_WORDS
+            if first:
+                _logged_words.add(word)
+        if first:
+            log.warning("status word %r is not one this version knows: recorded on the timeline as %s, the message "
+                        "is not moved (webhook event %s; logged once per word)", word,
+                        TimelineEvent.UNRECOGNIZED_STATUS.value, event["id"],
+                        extra={"correlation_id": event["correlation_id"]})
 
 
-def _contact_of(event: dict) -> dict:
-    value = event["payload"]["value"]
-    message = value["messages"][0]
-    wa_id = message.get("from")
-    names = {c.get("wa_id"): (c.get("profile") or {}).get("name") for c in value.get("contacts") or []
-             if isinstance(c, dict)}
-    return {"phone_number_id": event["phone_number_id"], "wa_id": wa_id, "profile_name": names.get(wa_id),
-            "ts": _int_or_none(message.get("timestamp"))}
+class _LeaseKeeper:
+    """Renews the lease of a batch's events every third of a lease while its handlers run, in one UPDATE for the
+    ids still held (guarded by locked_by). An id the UPDATE no longer returns was rescued: it is not ours any more,
+    and its handler must not run. A handler running past HANDLER_HOLD_LEASES leases is taken for hung: renewing
+    stops, so the rescuer can give the batch to another worker, and the rest of this batch is skipped."""
 
+    def __init__(self, engine: sa.Engine, worker_id: str, lease_seconds: float, ids: Iterable[int]):
+        self.engine = engine
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self._held = set(ids)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._gave_up = False
+        self._handler_started: float | None = None
+        self._thread: threading.Thread | None = None
 
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="inbound-lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def holds(self, event_id: int) -> bool:
+        with self._lock:
+            return not self._gave_up and event_id in self._held
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Around a handler call: the hung-handler check times it."""
+        with self._lock:
+            self._handler_started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._handler_started = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._lock:
+                started, ids = self._handler_started, sorted(self._held)
+            if started is not None and time.monotonic() - started > HANDLER_HOLD_LEASES * self.lease_seconds:
+                with self._lock:
+                    self._gave_up = True
+                log.error("an inbound handler has run for over %d leases: no longer renewing its batch's lease",
+                          HANDLER_HOLD_LEASES)
+                return
+            if not ids:
+                return
+            try:
+                rows = db.fetch(self.engine, "renew_webhook_leases", {
+                    "ids": ids, "worker_id": self.worker_id, "lease_seconds": self.lease_seconds})
+            except Exception:  # noqa: BLE001 - try again at the next tick, well within the lease
+                log.warning("could not renew the inbound batch's lease", exc_info=True)
+                continue
+            with self._lock:
+                self._held &= {row["id"] for row in rows}
+

@@ -1,5 +1,7 @@
 """Settle `unknown` messages that no status webhook settled within the window, by the configured policy (resend, or
-dead). Status webhooks settle them first, in the inbound pipeline; this is the fallback."""
+dead). Status webhooks settle them first, in the inbound pipeline; this is the fallback. A message with a stored status
+event still to be processed is left for that event; one whose status event went `dead` is dead, not resent on a guess
+(settle_unknown.sql)."""
 
 from __future__ import annotations
 
