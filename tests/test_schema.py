@@ -78,7 +78,7 @@ def test_idempotency_key_returns_the_same_id_and_refuses_a_different_message(db,
     ("+5511abc", TEXT, "invalid recipient"),
     ("+5511987654321", '"text"', "JSON object"),
     ("+5511987654321", '{"type": "hologram", "hologram": {}}', "unknown message type"),
-    ("+5511987654321", '{"type": "image"}', 'needs a "image" object'),
+    ("+5511987654321", '{"type": "image"}', "needs a 'image' object"),
 ])
 def test_enqueue_refuses_bad_input_and_writes_nothing(db, sender, to, message, error):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match=error):

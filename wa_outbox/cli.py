@@ -229,7 +229,7 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
     import json as _json
     import psycopg
     from . import outbox
-    from .messages import InvalidMessage, normalize_recipient, validate_message
+    from .messages import InvalidMessage
     given = [x for x in (text, template, message_json) if x is not None]
     if len(given) != 1:
         raise click.UsageError("give exactly one of --text, --template or --json")
@@ -242,16 +242,13 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
             message = _json.loads(message_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--json") from None
-    try:
-        normalize_recipient(to)
-        validate_message(message)
-    except InvalidMessage as exc:
-        raise click.ClickException(str(exc)) from None
     settings = _settings()
-    try:
+    try:  # validated first (InvalidMessage), then one statement, safe to repeat (outbox.enqueue)
         notification_id, status, created = outbox.enqueue(
             _engine(settings), to=to, message=message, idempotency_key=idempotency_key,
             correlation_id=correlation_id, phone_number_id=phone_number_id or settings.phone_number_id)
+    except InvalidMessage as exc:
+        raise click.ClickException(str(exc)) from None
     except psycopg.Error as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
     click.echo(f"{notification_id}\t{status}" + ("" if created else "\t(idempotency key seen before)"))

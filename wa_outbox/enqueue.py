@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import InvalidMessage, normalize_recipient, validate_key, validate_message, \
-    validate_phone_number_id
+from .messages import InvalidMessage, check_request
 
 _SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s)"
 _SQL_SQLALCHEMY = ("SELECT wa_outbox.enqueue(:to_, CAST(:message AS jsonb), :idempotency_key, :correlation_id, "
@@ -24,24 +23,22 @@ def enqueue(conn: Any, *, to: str, message: dict[str, Any], idempotency_key: str
 
     A known `idempotency_key` returns the existing id; the same key with a different message raises the database's
     unique-violation error. Invalid input raises `InvalidMessage` before anything is sent to the database."""
-    normalize_recipient(to)
-    validate_message(message)
-    validate_key("idempotency_key", idempotency_key)
-    validate_key("correlation_id", correlation_id)
-    validate_phone_number_id(phone_number_id)
-    body = json.dumps(message, separators=(",", ":"))
+    checked = check_request(to=to, message=message, idempotency_key=idempotency_key,
+                            correlation_id=correlation_id, phone_number_id=phone_number_id)
+    # The normalized recipient: SQL strips the same separators, so the verdict cannot differ.
+    params = (checked.recipient, json.dumps(message, separators=(",", ":")), checked.idempotency_key,
+              checked.correlation_id, checked.phone_number_id)
 
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, sa.engine.Connection):
-        return conn.execute(sa.text(_SQL_SQLALCHEMY), {
-            "to_": to, "message": body, "idempotency_key": idempotency_key, "correlation_id": correlation_id,
-            "phone_number_id": phone_number_id}).scalar_one()
+        return conn.execute(sa.text(_SQL_SQLALCHEMY), dict(zip(
+            ("to_", "message", "idempotency_key", "correlation_id", "phone_number_id"), params))).scalar_one()
     cursor = conn.cursor()
     try:
-        cursor.execute(_SQL_DBAPI, (to, body, idempotency_key, correlation_id, phone_number_id))
+        cursor.execute(_SQL_DBAPI, params)
         return cursor.fetchone()[0]
     finally:
         cursor.close()
@@ -52,20 +49,21 @@ def enqueue_many(conn: Any, items: list[dict[str, Any]]) -> list[int]:
 
     Each item: {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}. All or nothing:
     an invalid item raises `InvalidMessage` (naming its index) and nothing is queued."""
+    checked = []
     for index, item in enumerate(items):
         try:
             if not isinstance(item, dict):
                 raise InvalidMessage("must be an object")
-            normalize_recipient(item.get("to"))
-            validate_message(item.get("message"))
-            validate_key("idempotency_key", item.get("idempotency_key"))
-            validate_key("correlation_id", item.get("correlation_id"))
-            validate_phone_number_id(item.get("phone_number_id"))
+            one = check_request(to=item.get("to"), message=item.get("message"),
+                                idempotency_key=item.get("idempotency_key"),
+                                correlation_id=item.get("correlation_id"), phone_number_id=item.get("phone_number_id"))
         except InvalidMessage as exc:
             raise InvalidMessage(f"item {index}: {exc}") from None
+        checked.append({"to": one.recipient, "message": item["message"], "idempotency_key": one.idempotency_key,
+                        "correlation_id": one.correlation_id, "phone_number_id": one.phone_number_id})
     if not items:
         return []
-    payload = json.dumps(items, separators=(",", ":"))
+    payload = json.dumps(checked, separators=(",", ":"))
 
     import sqlalchemy as sa
     from sqlalchemy.orm import Session

@@ -1,55 +1,141 @@
 """Validation of what the app asks to send, shared by the HTTP API, the Python `enqueue` and the CLI. Pure.
 
-The SQL function wa_outbox.enqueue() checks the same rules for callers that go straight to SQL; checking here first
-gives a clear error before anything touches the caller's transaction.
+The rules are owned by the SQL functions wa_outbox.recipient_problem(), message_problem() and key_problem()
+(migrations/sql/0002_hardening.up.sql), which every SQL entry point calls; this module mirrors them with the same
+reasons, so a Python caller hears them before anything touches its transaction. It also refuses what Postgres or a
+JSON parser would refuse before those functions even run (NUL, lone surrogates, NaN/Infinity, values that are not
+JSON, nesting too deep to parse): a Python caller never gets a raw database error for its input.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 MESSAGE_TYPES = ("text", "template", "image", "audio", "video", "document", "sticker", "location", "contacts",
                  "interactive", "reaction")
 MAX_MESSAGE_BYTES = 64 * 1024  # a text body is ≤ 4096 characters; templates and interactive bodies are small too
-_SEPARATORS = re.compile(r"[\s().-]")
+MAX_DEPTH = 64  # Cloud API bodies nest a handful of levels; JSON parsers recurse per level
+MAX_JSON_NUMBER = 2 ** 53 - 1  # RFC 8259 §6: the integers every JSON parser reads exactly
+# Meta allows 512 characters of biz_opaque_callback_data; "<outbox id>:" (≤ 19 digits and ':') goes first.
+# https://developers.facebook.com/docs/whatsapp/cloud-api/reference/messages
+MAX_TRACKER = 512 - 20
+MAX_KEY = 255
+_SEPARATORS = re.compile(r"[ \t\n\r\f\v().-]")  # as recipient_digits(): what people type inside a number
+_E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
+_PHONE_NUMBER_ID = re.compile(r"[0-9]{1,32}")
 
 
 class InvalidMessage(ValueError):
     """The message cannot be queued; str(error) says why."""
 
 
+def _quoted(value: str) -> str:
+    """A string as Postgres prints it in jsonb (so both sides give the same reason); \\u-escaped if not Unicode."""
+    return json.dumps(value, ensure_ascii=_has_surrogate(value))
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def recipient_digits(to: str) -> str | None:
+    """E.164 ('+55 11 98765-4321') → the digits Meta calls wa_id ('5511987654321'); None if it is not one."""
+    digits = _SEPARATORS.sub("", to).lstrip("+")
+    return digits if _E164_DIGITS.fullmatch(digits) else None
+
+
 def normalize_recipient(to: Any) -> str:
-    """E.164 ('+55 11 98765-4321') → the digits Meta calls wa_id ('5511987654321')."""
+    """The recipient's digits, or InvalidMessage with the reason wa_outbox.recipient_problem() gives."""
     if not isinstance(to, str):
         raise InvalidMessage("`to` must be a string such as '+5511987654321'")
-    digits = _SEPARATORS.sub("", to).lstrip("+")
-    if not re.fullmatch(r"[1-9][0-9]{6,14}", digits):
-        raise InvalidMessage(f"invalid recipient {to!r}: expected an E.164 phone number such as +5511987654321")
+    digits = recipient_digits(to)
+    if digits is None:
+        raise InvalidMessage(f"invalid recipient {_quoted(to)}: expected an E.164 phone number such as +5511987654321")
     return digits
+
+
+def _storable(value: Any, path: str, depth: int = 0) -> None:
+    """What Postgres's jsonb and a JSON parser accept: JSON values only, text without NUL or lone surrogates, finite
+    numbers, and no deeper than MAX_DEPTH (also keeps this walk's own recursion bounded)."""
+    if depth > MAX_DEPTH:
+        raise InvalidMessage(f"message is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _storable_text(value, path)
+    elif value is None or isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        if abs(value) > MAX_JSON_NUMBER:
+            raise InvalidMessage(f"message has a number beyond {MAX_JSON_NUMBER} (2^53 - 1) in magnitude, the range "
+                                 "JSON parsers read exactly")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidMessage(f"{path} is {value}: JSON numbers must be finite")
+        if abs(value) > MAX_JSON_NUMBER:
+            raise InvalidMessage(f"message has a number beyond {MAX_JSON_NUMBER} (2^53 - 1) in magnitude, the range "
+                                 "JSON parsers read exactly")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidMessage(f"{path} has a key that is not a string: {key!r}")
+            _storable_text(key, f"a key of {path}")
+            _storable(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _storable(item, f"{path}[{index}]", depth + 1)
+    else:
+        raise InvalidMessage(f"{path} is a {type(value).__name__}, which is not a JSON value")
+
+
+def _storable_text(text: str, where: str) -> None:
+    if "\x00" in text:
+        raise InvalidMessage(f"{where} contains a NUL character (\\u0000), which Postgres cannot store")
+    if _has_surrogate(text):
+        raise InvalidMessage(f"{where} contains a lone surrogate: it is not valid Unicode")
+
+
+def message_problem(message: Any) -> str | None:
+    """Why `message` cannot be queued, or None: wa_outbox.message_problem(), rule for rule and word for word."""
+    if not isinstance(message, dict):
+        return "`message` must be a JSON object (a Cloud API message body)"
+    if "status" in message or "message_id" in message:
+        return ("read receipts and typing indicators (status/message_id) are not outbound messages: "
+                "send them directly, they need no outbox")
+    kind = message.get("type")
+    if kind is None:
+        kind = _implied_type(message)
+    elif not isinstance(kind, str) or kind not in MESSAGE_TYPES:
+        return f"unknown message type {json.dumps(kind, ensure_ascii=False)}: expected one of {', '.join(MESSAGE_TYPES)}"
+    content = message.get(kind)
+    if not (isinstance(content, dict) or (kind == "contacts" and isinstance(content, list))):
+        return f"message of type '{kind}' needs a '{kind}' object"
+    if kind == "text" and not isinstance(content.get("body"), str):
+        return "a text message needs text.body (a string of at most 4096 characters)"
+    if kind == "text" and len(content["body"]) > 4096:
+        return f"text.body is {len(content['body'])} characters; the Cloud API allows 4096"
+    tracker = message.get("biz_opaque_callback_data")
+    if tracker is not None and not isinstance(tracker, str):
+        return "`biz_opaque_callback_data` must be a string"
+    if tracker is not None and len(tracker) > MAX_TRACKER:
+        return (f"biz_opaque_callback_data is {len(tracker)} characters: at most {MAX_TRACKER} fit, as Meta allows "
+                '512 and "<outbox id>:" goes first')
+    # jsonb's text form (", " and ": " separators), as octet_length(message::text) measures it.
+    if len(json.dumps(message, ensure_ascii=False).encode()) > MAX_MESSAGE_BYTES:
+        return f"message is larger than {MAX_MESSAGE_BYTES} bytes"
+    return None
 
 
 def validate_message(message: Any) -> str:
     """Check a Cloud API message body; return its type. `to` and the fields wa-outbox sets are ignored."""
-    if not isinstance(message, dict):
-        raise InvalidMessage("`message` must be a JSON object (a Cloud API message body)")
-    if "status" in message or "message_id" in message:
-        raise InvalidMessage("read receipts and typing indicators (status/message_id) are not outbound messages: "
-                             "send them directly, they need no outbox")
-    kind = message.get("type") or _implied_type(message)
-    if kind not in MESSAGE_TYPES:
-        raise InvalidMessage(f"unknown message type {kind!r}: expected one of {', '.join(MESSAGE_TYPES)}")
-    content = message.get(kind)
-    if not (isinstance(content, dict) or (kind == "contacts" and isinstance(content, list))):
-        raise InvalidMessage(f"message of type {kind!r} needs a {kind!r} object")
-    if kind == "text" and not isinstance(content.get("body"), str):
-        raise InvalidMessage("a text message needs text.body (a string of at most 4096 characters)")
-    if kind == "text" and len(content["body"]) > 4096:
-        raise InvalidMessage(f"text.body is {len(content['body'])} characters; the Cloud API allows 4096")
-    if len(json.dumps(message, separators=(",", ":"))) > MAX_MESSAGE_BYTES:
-        raise InvalidMessage(f"message is larger than {MAX_MESSAGE_BYTES} bytes")
-    return kind
+    _storable(message, "message")
+    problem = message_problem(message)
+    if problem:
+        raise InvalidMessage(problem)
+    kind = message.get("type")
+    return kind if kind is not None else _implied_type(message)
 
 
 def _implied_type(message: dict) -> str:
@@ -62,14 +148,35 @@ def _implied_type(message: dict) -> str:
 def validate_phone_number_id(value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,32}", value):
+    if not isinstance(value, str) or not _PHONE_NUMBER_ID.fullmatch(value):
         raise InvalidMessage("`phone_number_id` must be the numeric id of a business phone number")
     return value
 
 
-def validate_key(name: str, value: Any, limit: int = 255) -> str | None:
+def validate_key(name: str, value: Any, limit: int = MAX_KEY) -> str | None:
+    """An idempotency key or correlation id, as wa_outbox.key_problem() checks it (and storable as text)."""
     if value is None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= limit:
         raise InvalidMessage(f"`{name}` must be a string of 1 to {limit} characters")
+    _storable_text(value, f"`{name}`")
     return value
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One request, validated: what goes to wa_outbox.enqueue() besides the message."""
+    recipient: str
+    idempotency_key: str | None
+    correlation_id: str | None
+    phone_number_id: str | None
+
+
+def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
+                  phone_number_id: Any = None, key_name: str = "idempotency_key") -> Checked:
+    """Every rule, in the order the SQL functions apply them; InvalidMessage names the first that fails."""
+    recipient = normalize_recipient(to)
+    validate_message(message)
+    return Checked(recipient=recipient, idempotency_key=validate_key(key_name, idempotency_key),
+                   correlation_id=validate_key("correlation_id", correlation_id),
+                   phone_number_id=validate_phone_number_id(phone_number_id))

@@ -4,20 +4,32 @@ A thin layer over named queries (wa_outbox/sql/), shared by the HTTP API and the
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import db
-from .messages import normalize_recipient, InvalidMessage
+from .messages import InvalidMessage, check_request, normalize_recipient
 
-def enqueue(engine: sa.Engine, *, to: str, message: dict, idempotency_key: str | None, correlation_id: str | None,
-            phone_number_id: str | None) -> tuple[int, str, bool]:
-    """(id, status, created) in one autocommit statement. `engine` must be an autocommit engine."""
+AUTO_KEY_PREFIX = "auto:"
+
+
+def enqueue(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
+            phone_number_id: Any = None, key_name: str = "idempotency_key") -> tuple[int, str, bool]:
+    """Validate and queue one message (the API's and the CLI's enqueue): (id, status, created), in one autocommit
+    statement. `engine` must be an autocommit engine. Raises InvalidMessage before touching the database.
+
+    A request without an idempotency key gets a generated one (`auto:<uuid4>`), so the statement is safe to repeat
+    after a lost COMMIT reply: the retry finds the row the first attempt made instead of queuing a second one."""
+    checked = check_request(to=to, message=message, idempotency_key=idempotency_key, correlation_id=correlation_id,
+                            phone_number_id=phone_number_id, key_name=key_name)
+    key = checked.idempotency_key or f"{AUTO_KEY_PREFIX}{uuid.uuid4()}"
     row = db.fetch(engine, "enqueue_one", {
-        "to": to, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": idempotency_key,
-        "correlation_id": correlation_id, "phone_number_id": phone_number_id})[0]
-    return row["id"], row["status"], row["created"]
+        "to": checked.recipient, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": key,
+        "correlation_id": checked.correlation_id, "phone_number_id": checked.phone_number_id})[0]
+    # A generated key is this request's own: a row found by it was created by this request's first attempt.
+    return row["id"], row["status"], row["created"] or checked.idempotency_key is None
 
 
 def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:

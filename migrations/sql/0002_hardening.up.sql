@@ -38,4 +38,213 @@ CREATE INDEX webhook_events_status_outbox_id ON wa_outbox.webhook_events
 -- == Webhook receiver ==============================================================================================
 
 -- == Message validation ============================================================================================
+-- One owner of the rules for what may be queued: wa_outbox.recipient_problem(), message_problem() and key_problem()
+-- (NULL when fine, else the reason), called by enqueue() and enqueue_many(). wa_outbox/messages.py mirrors them word
+-- for word, so Python callers get the same verdict before anything reaches their transaction; tests/test_validation.py
+-- runs one table of cases through every entry point.
 
+-- The recipient's digits (Meta's wa_id) without the separators people type, or NULL when that is not E.164.
+CREATE FUNCTION wa_outbox.recipient_digits(to_ text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(ltrim(translate(to_, E' \t\n\r\f\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$')
+$$;
+
+CREATE FUNCTION wa_outbox.recipient_problem(to_ jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(to_) IS DISTINCT FROM 'string' THEN '`to` must be a string such as ''+5511987654321'''
+        WHEN wa_outbox.recipient_digits(to_ #>> '{}') IS NULL
+            THEN 'invalid recipient ' || to_::text || ': expected an E.164 phone number such as +5511987654321'
+    END
+$$;
+
+-- An idempotency key or correlation id: absent (NULL or JSON null), or a string of 1 to 255 characters.
+CREATE FUNCTION wa_outbox.key_problem(name text, value jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(value) NOT IN ('string', 'null') OR length(value #>> '{}') NOT BETWEEN 1 AND 255
+                THEN '`' || name || '` must be a string of 1 to 255 characters' END
+$$;
+
+-- Why `message` cannot be queued, or NULL. `biz_opaque_callback_data` is the caller's own tracker: it is sent as
+-- "<outbox id>:<tracker>", and Meta allows 512 characters (an id of up to 19 digits and ':' go first).
+CREATE FUNCTION wa_outbox.message_problem(message jsonb) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    v_type text := message->>'type';
+BEGIN
+    IF v_type IS NULL AND jsonb_typeof(message) = 'object' THEN
+        -- Without `type`: the one message object the body carries (a reply with only `interactive`), else text.
+        v_type := coalesce((SELECT min(k) FROM jsonb_object_keys(message) k
+                            WHERE k IN ('text', 'template', 'image', 'audio', 'video', 'document', 'sticker',
+                                        'location', 'contacts', 'interactive', 'reaction')
+                            HAVING count(*) = 1), 'text');
+    END IF;
+    -- One expression, checked in order (each rule a WHEN): this runs once per item of enqueue_many.
+    RETURN CASE
+        WHEN jsonb_typeof(message) IS DISTINCT FROM 'object'
+            THEN '`message` must be a JSON object (a Cloud API message body)'
+        WHEN message ?| '{status,message_id}'
+            THEN 'read receipts and typing indicators (status/message_id) are not outbound messages: '
+                 'send them directly, they need no outbox'
+        WHEN jsonb_typeof(message->'type') NOT IN ('string', 'null')
+                OR v_type NOT IN ('text', 'template', 'image', 'audio', 'video', 'document', 'sticker', 'location',
+                                  'contacts', 'interactive', 'reaction')
+            THEN 'unknown message type ' || (message->'type')::text || ': expected one of text, template, image, '
+                 'audio, video, document, sticker, location, contacts, interactive, reaction'
+        WHEN jsonb_typeof(message->v_type) IS DISTINCT FROM 'object'
+                AND NOT (v_type = 'contacts' AND jsonb_typeof(message->v_type) = 'array')
+            THEN format('message of type %L needs a %L object', v_type, v_type)
+        WHEN v_type = 'text' AND jsonb_typeof(message->'text'->'body') IS DISTINCT FROM 'string'
+            THEN 'a text message needs text.body (a string of at most 4096 characters)'
+        WHEN v_type = 'text' AND length(message->'text'->>'body') > 4096
+            THEN format('text.body is %s characters; the Cloud API allows 4096', length(message->'text'->>'body'))
+        WHEN jsonb_typeof(message->'biz_opaque_callback_data') NOT IN ('string', 'null')
+            THEN '`biz_opaque_callback_data` must be a string'
+        WHEN length(message->>'biz_opaque_callback_data') > 492
+            THEN format('biz_opaque_callback_data is %s characters: at most 492 fit, as Meta allows 512 and '
+                        '"<outbox id>:" goes first', length(message->>'biz_opaque_callback_data'))
+        WHEN octet_length(message::text) > 65536
+            THEN 'message is larger than 65536 bytes'
+        -- What JSON parsers downstream (the worker's, Meta's) cannot read back exactly.
+        WHEN jsonb_path_exists(message, 'strict $.**{65}')
+            THEN 'message is nested deeper than 64 levels'
+        WHEN jsonb_path_exists(message, 'strict $.** ? (@.type() == "number" && '
+                                        '(@ > 9007199254740991 || @ < -9007199254740991))')
+            THEN 'message has a number beyond 9007199254740991 (2^53 - 1) in magnitude, the range JSON parsers '
+                 'read exactly'
+    END;
+END $$;
+
+-- enqueue() and enqueue_many() as in 0001, with the checks above, and the caller's biz_opaque_callback_data kept.
+CREATE OR REPLACE FUNCTION wa_outbox.enqueue(
+    to_ text,
+    message jsonb,
+    idempotency_key text DEFAULT NULL,
+    correlation_id text DEFAULT NULL,
+    phone_number_id text DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_problem text := coalesce(wa_outbox.recipient_problem(to_jsonb(to_)), wa_outbox.message_problem(message),
+                               wa_outbox.key_problem('idempotency_key', to_jsonb(idempotency_key)),
+                               wa_outbox.key_problem('correlation_id', to_jsonb(correlation_id)));
+    v_recipient text := wa_outbox.recipient_digits(to_);
+    v_sender text := coalesce(enqueue.phone_number_id,
+                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_body jsonb;  -- the message minus the fields wa-outbox sets itself
+    v_hash text;
+    v_id bigint;
+    v_existing_hash text;
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.phone_number_id !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_body := message - '{to,messaging_product,recipient_type}'::text[];
+    -- The request digest only matters for an idempotency key (refused reuse with another message).
+    v_hash := CASE WHEN idempotency_key IS NULL THEN '' ELSE md5(v_sender || '|' || v_recipient || '|' || v_body::text) END;
+
+    INSERT INTO wa_outbox.notifications AS n
+        (phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+    VALUES (v_sender, v_recipient, v_body, enqueue.idempotency_key, v_hash, enqueue.correlation_id)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING n.id INTO v_id;
+
+    IF v_id IS NULL THEN  -- a known idempotency key
+        SELECT n.id, n.request_hash INTO v_id, v_existing_hash
+        FROM wa_outbox.notifications n WHERE n.idempotency_key = enqueue.idempotency_key;
+        IF v_existing_hash <> v_hash THEN
+            RAISE EXCEPTION 'idempotency key % was already used for a different message (id %)',
+                enqueue.idempotency_key, v_id USING ERRCODE = 'unique_violation';
+        END IF;
+        RETURN v_id;
+    END IF;
+
+    INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+    VALUES (v_id, 'queued', 0, enqueue.correlation_id);
+    PERFORM pg_notify('wa_outbox_notifications', '');  -- delivered at commit; wakes an idle worker at once
+    RETURN v_id;
+END $$;
+
+CREATE OR REPLACE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    -- Looked up once, not per item (a catalog look-up per row was a fifth of the statement's time).
+    v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    v_new bigint[];
+    v_keys text[];
+    v_hashes text[];
+    v_ids bigint[];
+    v_conflict boolean;
+BEGIN
+    IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One pass: each item is validated as it is read, and an invalid one aborts the statement (refuse_item).
+    -- Ids are drawn first, so each item knows its id whether or not its row goes in (a known key does not).
+    WITH input AS (
+        SELECT i.ord, i.item, i.item->'message' AS message,
+               CASE WHEN jsonb_typeof(i.item->'to') = 'string' THEN wa_outbox.recipient_digits(i.item->>'to') END
+                   AS recipient,
+               coalesce(i.item->>'phone_number_id', v_default) AS sender
+        FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), checked AS (
+        SELECT ord, recipient, sender,
+               CASE WHEN message ?| '{to,messaging_product,recipient_type}'
+                    THEN message - '{to,messaging_product,recipient_type}'::text[]
+                    ELSE message END AS body,  -- copy the jsonb only when there is something to strip
+               item->>'idempotency_key' AS key, item->>'correlation_id' AS correlation_id,
+               nextval(v_sequence) AS new_id,
+               CASE
+                   WHEN jsonb_typeof(item) <> 'object' THEN 'must be an object'
+                   WHEN recipient IS NULL THEN wa_outbox.recipient_problem(item->'to')
+                   ELSE coalesce(
+                       wa_outbox.message_problem(message),
+                       wa_outbox.key_problem('idempotency_key', item->'idempotency_key'),
+                       wa_outbox.key_problem('correlation_id', item->'correlation_id'),
+                       CASE WHEN jsonb_typeof(item->'phone_number_id') NOT IN ('string', 'null')
+                                 OR item->>'phone_number_id' !~ '^[0-9]{1,32}$'
+                                THEN '`phone_number_id` must be the numeric id of a business phone number'
+                            WHEN sender IS NULL OR sender !~ '^[0-9]{1,32}$'
+                                THEN 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+                       END)
+               END AS problem
+        FROM input
+    ), hashed AS (
+        -- The request digest only matters for an idempotency key (409 on reuse with another message).
+        SELECT *, CASE WHEN key IS NULL THEN '' ELSE md5(sender || '|' || recipient || '|' || body::text) END
+                  AS request_hash
+        FROM checked
+    ), inserted AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT CASE WHEN problem IS NULL THEN new_id ELSE wa_outbox.refuse_item(ord, problem) END,
+               sender, recipient, body, key, request_hash, correlation_id
+        FROM hashed ORDER BY ord
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, correlation_id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+        SELECT id, 'queued', 0, correlation_id FROM inserted
+    )
+    SELECT array_agg(new_id ORDER BY ord), array_agg(key ORDER BY ord), array_agg(request_hash ORDER BY ord)
+    INTO v_new, v_keys, v_hashes
+    FROM hashed;
+
+    -- A new statement, a new snapshot: rows just inserted are visible, so keyed items resolve to the stored id.
+    SELECT array_agg(coalesce(n.id, t.new_id) ORDER BY t.ord),
+           bool_or(n.request_hash IS DISTINCT FROM t.request_hash AND n.id IS NOT NULL)
+    INTO v_ids, v_conflict
+    FROM unnest(v_new, v_keys, v_hashes) WITH ORDINALITY AS t(new_id, key, request_hash, ord)
+    LEFT JOIN wa_outbox.notifications n ON t.key IS NOT NULL AND n.idempotency_key = t.key;
+    IF v_conflict THEN
+        RAISE EXCEPTION 'an idempotency key was already used for a different message'
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    PERFORM pg_notify('wa_outbox_notifications', '');
+    RETURN coalesce(v_ids, '{}');
+END $$;

@@ -13,17 +13,16 @@ from __future__ import annotations
 import hmac
 import json
 
-import psycopg
 from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import outbox
-from ..messages import InvalidMessage, normalize_recipient, validate_key, validate_message, \
-    validate_phone_number_id
 from .errors import json_error
 
 blueprint = Blueprint("api", __name__, url_prefix="/v1")
 MAX_API_BODY = 128 * 1024
 _FIELDS = {"to", "message", "correlation_id", "phone_number_id"}
+MAX_ID = 2 ** 63 - 1  # ids are bigint
+MAX_CODE = 2 ** 31 - 1  # Graph error codes are compared as integer
 
 
 def _engine():
@@ -57,30 +56,20 @@ def create_message():
     if len(raw) > MAX_API_BODY:
         return json_error(413, f"body is larger than {MAX_API_BODY} bytes")
     try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        return json_error(400, f"body is not valid JSON: {exc}")
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
+        return json_error(400, f"body is not valid JSON: {exc if isinstance(exc, ValueError) else 'nested too deep'}")
     if not isinstance(data, dict):
         return json_error(400, 'body must be a JSON object: {"to": "+5511…", "message": {…}}')
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
         return json_error(400, f"unknown field(s): {', '.join(unknown)}; expected {', '.join(sorted(_FIELDS))}")
-    try:
-        normalize_recipient(data.get("to"))
-        validate_message(data.get("message"))
-        correlation_id = validate_key("correlation_id", data.get("correlation_id")) or g.correlation_id
-        phone_number_id = validate_phone_number_id(data.get("phone_number_id"))
-        idempotency_key = validate_key("Idempotency-Key", request.headers.get("Idempotency-Key"))
-    except InvalidMessage as exc:
-        return json_error(400, str(exc))
-    try:
-        notification_id, status, created = outbox.enqueue(
-            _engine(), to=data["to"], message=data["message"], idempotency_key=idempotency_key,
-            correlation_id=correlation_id, phone_number_id=phone_number_id)
-    except psycopg.errors.UniqueViolation:
-        return json_error(409, f"Idempotency-Key {idempotency_key!r} was already used for a different message")
-    except psycopg.errors.InvalidParameterValue as exc:
-        return json_error(400, exc.diag.message_primary or str(exc))
+    given_key = request.headers.get("Idempotency-Key")
+    # Invalid input raises InvalidMessage (400) and a reused key UniqueViolation (409): errors.py maps them.
+    notification_id, status, created = outbox.enqueue(
+        _engine(), to=data.get("to"), message=data.get("message"), idempotency_key=given_key,
+        correlation_id=data["correlation_id"] if "correlation_id" in data else g.correlation_id,
+        phone_number_id=data.get("phone_number_id"), key_name="Idempotency-Key")
     response = jsonify(id=notification_id, status=status)
     response.headers["Location"] = f"/v1/messages/{notification_id}"
     if not created:
@@ -88,9 +77,13 @@ def create_message():
     return response, 202
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 @blueprint.get("/messages/<int:notification_id>")
 def get_message(notification_id: int):
-    found = outbox.get(_engine(), notification_id)
+    found = outbox.get(_engine(), notification_id) if notification_id <= MAX_ID else None
     if found is None:
         return json_error(404, f"no message {notification_id}")
     return jsonify(found)
@@ -99,20 +92,22 @@ def get_message(notification_id: int):
 @blueprint.get("/messages")
 def find_messages():
     term = request.args.get("q", "").strip()
-    if not term:
-        return json_error(400, "give ?q=<phone number or correlation id>")
+    if not term or "\x00" in term:
+        return json_error(400, "give ?q=<phone number or correlation id> (text without NUL)")
     return jsonify(messages=outbox.find(_engine(), term, limit=_int_arg("limit", 20, 1, 200)))
 
 
 @blueprint.get("/dead")
 def list_dead():
     return jsonify(dead=outbox.list_dead(_engine(), limit=_int_arg("limit", 50, 1, 500),
-                                         before_id=_int_arg("before_id", None, 1, None),
-                                         code=_int_arg("code", None, None, None)))
+                                         before_id=_int_arg("before_id", None, 1, MAX_ID),
+                                         code=_int_arg("code", None, -MAX_CODE, MAX_CODE)))
 
 
 @blueprint.post("/messages/<int:notification_id>/retry")
 def retry_message(notification_id: int):
+    if notification_id > MAX_ID:
+        return json_error(404, f"no message {notification_id}")
     requeued = outbox.requeue(_engine(), ids=[notification_id], actor="api")
     if requeued:
         return jsonify(id=notification_id, status="queued")

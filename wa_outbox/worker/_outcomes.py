@@ -24,9 +24,11 @@ class Claimed:
 
 def request_body(row: Claimed) -> dict[str, Any]:
     """The Cloud API body: the stored message plus the fields wa-outbox owns. The outbox id rides in
-    biz_opaque_callback_data, which Meta echoes on every status webhook of this message."""
+    biz_opaque_callback_data, which Meta echoes on every status webhook of this message; a tracker the caller put
+    there follows it as "<outbox id>:<tracker>" (its length was checked at enqueue against Meta's 512)."""
+    theirs = row.message.get("biz_opaque_callback_data")
     return {"messaging_product": "whatsapp", "recipient_type": "individual", "to": f"+{row.recipient}",
-            **row.message, "biz_opaque_callback_data": str(row.id)}
+            **row.message, "biz_opaque_callback_data": f"{row.id}:{theirs}" if theirs else str(row.id)}
 
 
 def outcome(row: Claimed, decision: Decision, policy: RetryPolicy, elapsed_ms: float) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""One set of rules for every entry point: the same cases through Python enqueue(), SQL enqueue(), SQL
+enqueue_many() and POST /v1/messages get the same verdict and the same reason."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import API_TOKEN
+from wa_outbox import InvalidMessage, enqueue
+from wa_outbox.db import sqlalchemy_url
+from wa_outbox.messages import MESSAGE_TYPES, message_problem
+from wa_outbox.worker._outcomes import Claimed, request_body
+
+TO = "+5511987654321"
+TEXT = {"type": "text", "text": {"body": "Your order shipped"}}
+TYPES = ", ".join(MESSAGE_TYPES)
+
+
+def nested(levels: int) -> dict:
+    """A text message with a value `levels` deep (the message itself is level 0)."""
+    value: object = 1
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return {**TEXT, "extra": value}
+
+
+# (id, to, message, reason or None for accepted, reason given by every path (else: SQL can't even be sent it))
+CASES = [
+    ("text", TO, TEXT, None),
+    ("separators", "+55 (11) 98765-4321", TEXT, None),
+    ("form feed", TO + "\f", TEXT, None),
+    ("vertical tab", "\v" + TO, TEXT, None),
+    ("no-break space", TO + "\u00a0", TEXT,
+     'invalid recipient "+5511987654321\u00a0": expected an E.164 phone number such as +5511987654321'),
+    ("short number", "123", TEXT, 'invalid recipient "123": expected an E.164 phone number such as +5511987654321'),
+    ("number not string", 5511987654321, TEXT, "`to` must be a string such as '+5511987654321'"),
+    ("no to", None, TEXT, "`to` must be a string such as '+5511987654321'"),
+    ("not an object", TO, ["text"], "`message` must be a JSON object (a Cloud API message body)"),
+    ("read receipt", TO, {"status": "read", "message_id": "wamid.X"},
+     "read receipts and typing indicators (status/message_id) are not outbound messages: send them directly, they "
+     "need no outbox"),
+    ("unknown type", TO, {"type": "fax", "fax": {}}, f'unknown message type "fax": expected one of {TYPES}'),
+    ("type not a string", TO, {"type": 5, "text": {"body": "x"}}, f"unknown message type 5: expected one of {TYPES}"),
+    ("empty type", TO, {"type": "", "text": {"body": "x"}}, f'unknown message type "": expected one of {TYPES}'),
+    ("implied interactive", TO, {"interactive": {"type": "button", "body": {"text": "ok?"}}}, None),
+    ("null type implied", TO, {"type": None, "text": {"body": "x"}}, None),
+    ("text without text", TO, {"type": "text"}, "message of type 'text' needs a 'text' object"),
+    ("contacts list", TO, {"type": "contacts", "contacts": [{"name": {"formatted_name": "A"}}]}, None),
+    ("missing body", TO, {"type": "text", "text": {}},
+     "a text message needs text.body (a string of at most 4096 characters)"),
+    ("body not a string", TO, {"type": "text", "text": {"body": 7}},
+     "a text message needs text.body (a string of at most 4096 characters)"),
+    ("body 4096", TO, {"type": "text", "text": {"body": "é" * 4096}}, None),
+    ("body 10000", TO, {"type": "text", "text": {"body": "x" * 10_000}},
+     "text.body is 10000 characters; the Cloud API allows 4096"),
+    ("tracker", TO, {**TEXT, "biz_opaque_callback_data": "order-7"}, None),
+    ("tracker 492", TO, {**TEXT, "biz_opaque_callback_data": "t" * 492}, None),
+    ("tracker 493", TO, {**TEXT, "biz_opaque_callback_data": "t" * 493},
+     'biz_opaque_callback_data is 493 characters: at most 492 fit, as Meta allows 512 and "<outbox id>:" goes '
+     "first"),
+    ("tracker not a string", TO, {**TEXT, "biz_opaque_callback_data": 7},
+     "`biz_opaque_callback_data` must be a string"),
+    ("too large", TO, {"type": "template", "template": {"name": "x", "components": ["y" * 70_000]}},
+     "message is larger than 65536 bytes"),
+    ("64 levels", TO, nested(64), None),
+    ("65 levels", TO, nested(65), "message is nested deeper than 64 levels"),
+    ("2^53 - 1", TO, {**TEXT, "n": 2 ** 53 - 1, "m": -(2 ** 53 - 1)}, None),
+    ("2^53", TO, {**TEXT, "n": 2 ** 53},
+     "message has a number beyond 9007199254740991 (2^53 - 1) in magnitude, the range JSON parsers read exactly"),
+    ("huge float", TO, {**TEXT, "n": [1.5e300]},
+     "message has a number beyond 9007199254740991 (2^53 - 1) in magnitude, the range JSON parsers read exactly"),
+]
+# Refused by Python and HTTP with these reasons; Postgres refuses the JSON itself before any rule runs.
+UNSENDABLE = [
+    ("NUL", TO, {"type": "text", "text": {"body": "a\x00b"}},
+     "message.text.body contains a NUL character (\\u0000), which Postgres cannot store"),
+    ("lone surrogate", TO, {"type": "text", "text": {"body": "a\ud800"}},
+     "message.text.body contains a lone surrogate: it is not valid Unicode"),
+    ("NaN", TO, {"type": "location", "location": {"latitude": math.nan, "longitude": 0}},
+     "message.location.latitude is nan: JSON numbers must be finite"),
+    ("infinite latitude", TO, {"type": "location", "location": {"latitude": math.inf, "longitude": 0}},
+     "message.location.latitude is inf: JSON numbers must be finite"),
+]
+
+
+@pytest.fixture
+def app_engine(database_url):
+    engine = sa.create_engine(sqlalchemy_url(database_url))
+    yield engine
+    engine.dispose()
+
+
+def rows(db) -> tuple[int, int]:
+    return db.execute("SELECT (SELECT count(*) FROM wa_outbox.notifications), "
+                      "(SELECT count(*) FROM wa_outbox.notification_events)").fetchone()
+
+
+def python_path(app_engine, to, message) -> str | None:
+    with app_engine.begin() as conn:
+        try:
+            enqueue(conn, to=to, message=message)
+        except InvalidMessage as exc:
+            conn.execute(sa.text("SELECT 1"))  # the caller's transaction is still usable
+            return str(exc)
+    return None
+
+
+def sql_path(database_url, statement, params, prefix="") -> str | None:
+    with psycopg.connect(database_url) as conn:
+        try:
+            conn.execute(statement, params)
+        except psycopg.errors.InvalidParameterValue as exc:
+            conn.rollback()
+            reason = exc.diag.message_primary
+            assert reason.startswith(prefix)
+            return reason[len(prefix):]
+        conn.commit()
+    return None
+
+
+def sql_enqueue(database_url, to, message) -> str | None:
+    return sql_path(database_url, "SELECT wa_outbox.enqueue(%s, %s::jsonb)", (to, json.dumps(message)))
+
+
+def sql_enqueue_many(database_url, to, message) -> str | None:
+    items = [{"to": TO, "message": TEXT}, {"to": to, "message": message}]
+    return sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(items),), "item 2 : ")
+
+
+def http_path(client, to, message) -> str | None:
+    r = client.post("/v1/messages", json={"to": to, "message": message},
+                    headers={"Authorization": f"Bearer {API_TOKEN}"})
+    assert r.status_code in (202, 400), r.json
+    return None if r.status_code == 202 else r.json["error"]["message"]
+
+
+@pytest.mark.parametrize("to, message, reason", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_every_entry_point_gives_the_same_verdict(app_engine, database_url, client, db, sender, to, message,
+                                                  reason):
+    paths = {
+        "python enqueue()": lambda: python_path(app_engine, to, message),
+        "SQL enqueue_many()": lambda: sql_enqueue_many(database_url, to, message),
+        "POST /v1/messages": lambda: http_path(client, to, message),
+    }
+    if isinstance(to, str) or to is None:  # SQL enqueue() takes `to` as text
+        paths["SQL enqueue()"] = lambda: sql_enqueue(database_url, to, message)
+    for name, run in paths.items():
+        before = rows(db)
+        got = run()
+        assert got == reason, name
+        written = 2 if name == "SQL enqueue_many()" else 1
+        after = rows(db)
+        assert after == (before if reason else (before[0] + written, before[1] + written)), name
+
+
+@pytest.mark.parametrize("to, message, reason", [c[1:] for c in UNSENDABLE], ids=[c[0] for c in UNSENDABLE])
+def test_what_postgres_cannot_store_is_refused_before_it_gets_there(app_engine, database_url, client, db, sender,
+                                                                   to, message, reason):
+    assert python_path(app_engine, to, message) == reason
+    if math.isfinite(message.get("location", {}).get("latitude", 0)):  # HTTP refuses NaN and Infinity as JSON
+        assert http_path(client, to, message) == reason
+    try:
+        payload = json.dumps(message)
+    except ValueError:
+        payload = None
+    if payload is not None:
+        with psycopg.connect(database_url) as conn, pytest.raises(psycopg.Error):
+            conn.execute("SELECT wa_outbox.enqueue(%s, %s::jsonb)", (to, payload))
+    assert rows(db) == (0, 0)
+
+
+@pytest.mark.parametrize("field", ["idempotency_key", "correlation_id"])
+@pytest.mark.parametrize("value, fragment", [("a\x00b", "NUL"), ("a\udc80", "lone surrogate"), ("", "1 to 255"),
+                                             ("k" * 256, "1 to 255"), (7, "1 to 255")])
+def test_keys_are_refused_by_name_before_the_transaction(app_engine, db, sender, field, value, fragment):
+    with app_engine.begin() as conn:
+        with pytest.raises(InvalidMessage, match=f"`{field}`.*{fragment}|{fragment}.*") as caught:
+            enqueue(conn, to=TO, message=TEXT, **{field: value})
+        assert f"`{field}`" in str(caught.value)
+        conn.execute(sa.text("SELECT 1"))
+    assert rows(db) == (0, 0)
+
+
+def test_sql_keys_and_sender_are_checked_by_the_same_words(database_url, sender):
+    many = [{"to": TO, "message": TEXT, "correlation_id": 5}]
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(many),), "item 1 : ") == \
+        "`correlation_id` must be a string of 1 to 255 characters"
+    many = [{"to": TO, "message": TEXT, "phone_number_id": 123}]
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(many),), "item 1 : ") == \
+        "`phone_number_id` must be the numeric id of a business phone number"
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue(%s, %s::jsonb, idempotency_key => '')",
+                    (TO, json.dumps(TEXT))) == "`idempotency_key` must be a string of 1 to 255 characters"
+
+
+def test_the_callers_tracker_is_stored_and_sent_after_the_outbox_id(app_engine, db, sender):
+    with app_engine.begin() as conn:
+        nid = enqueue(conn, to=TO, message={**TEXT, "biz_opaque_callback_data": "pywa-tracker"})
+    stored = db.execute("SELECT message FROM wa_outbox.notifications WHERE id = %s", (nid,)).fetchone()[0]
+    assert stored["biz_opaque_callback_data"] == "pywa-tracker"
+    row = Claimed(id=nid, phone_number_id="1", recipient="5511987654321", message=stored, attempts=1,
+                  max_attempts=None, correlation_id=None)
+    assert request_body(row)["biz_opaque_callback_data"] == f"{nid}:pywa-tracker"
+    longest = request_body(Claimed(**{**row.__dict__, "id": 2 ** 63 - 1,
+                                      "message": {**TEXT, "biz_opaque_callback_data": "t" * 492}}))
+    assert len(longest["biz_opaque_callback_data"]) == 512
+
+
+def test_python_check_is_pure_and_matches_sql_for_the_spec_examples(db):
+    from tests.test_enqueue import EXAMPLES
+    for name, example in EXAMPLES.items():
+        sql = db.execute("SELECT wa_outbox.message_problem(%s::jsonb)", (json.dumps(example),)).fetchone()[0]
+        assert message_problem(example) == sql, name
