@@ -97,7 +97,10 @@ class _Main(click.Group):
         except (click.UsageError, CliError, click.exceptions.Exit, click.Abort):
             raise
         except click.ClickException as exc:
-            error = CliError(exc.format_message())
+            database_errors = (psycopg.Error, sqlalchemy.exc.SQLAlchemyError)
+            # A command that turned a database error into its own message: describe the original the same way.
+            error = CliError(describe_database_error(exc.__context__) if isinstance(exc.__context__, database_errors)
+                             else exc.format_message())
             error.exit_code = exc.exit_code
             raise error from None
         except (psycopg.Error, sqlalchemy.exc.SQLAlchemyError, CommandError) as exc:

@@ -141,9 +141,11 @@ def normalize_database_url(raw: str) -> str:
     url = "postgresql://" + rest
     from psycopg import ProgrammingError, conninfo  # noqa: PLC0415 - libpq's own parser, no connection made
     try:
-        conninfo.conninfo_to_dict(url)
+        params = conninfo.conninfo_to_dict(url)
     except ProgrammingError as exc:
         raise _Invalid(scrub(str(exc).strip().splitlines()[0], url)) from None
+    if not all(p.strip().isdigit() for p in str(params.get("port") or "5432").split(",")):
+        raise _Invalid("the port is not a number")  # libpq would only say so when connecting
     return url
 
 
