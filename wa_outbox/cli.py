@@ -89,22 +89,29 @@ class _Main(click.Group):
     here as one line on stderr and a non-zero exit, never a traceback (the release phase's log stays readable)."""
 
     def invoke(self, ctx: click.Context):
-        import psycopg
-        import sqlalchemy.exc
-        from alembic.util import CommandError
         try:
             return super().invoke(ctx)
         except (click.UsageError, CliError, click.exceptions.Exit, click.Abort):
             raise
         except click.ClickException as exc:
-            database_errors = (psycopg.Error, sqlalchemy.exc.SQLAlchemyError)
             # A command that turned a database error into its own message: describe the original the same way.
-            error = CliError(describe_database_error(exc.__context__) if isinstance(exc.__context__, database_errors)
+            error = CliError(describe_database_error(exc.__context__) if _is_database_error(exc.__context__)
                              else exc.format_message())
             error.exit_code = exc.exit_code
             raise error from None
-        except (psycopg.Error, sqlalchemy.exc.SQLAlchemyError, CommandError) as exc:
-            raise CliError(describe_database_error(exc)) from None
+        except Exception as exc:
+            if _is_database_error(exc):
+                raise CliError(describe_database_error(exc)) from None
+            raise
+
+
+def _is_database_error(exc: BaseException | None) -> bool:
+    """A psycopg, SQLAlchemy or alembic error (checked without importing what the command did not load)."""
+    if exc is None:
+        return False
+    kinds = [getattr(sys.modules.get(module), name, None) for module, name in (
+        ("psycopg", "Error"), ("sqlalchemy.exc", "SQLAlchemyError"), ("alembic.util", "CommandError"))]
+    return isinstance(exc, tuple(kind for kind in kinds if isinstance(kind, type)))
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})

@@ -190,10 +190,10 @@ class Worker:
         failures = 0
         while not self.stopping.is_set():
             try:
-                if self.inbound.process_batch():
-                    failures = 0
-                    continue
+                busy = self.inbound.process_batch()
                 failures = 0
+                if busy:
+                    continue
             except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away; the lease keeps the batch
                 failures += 1
                 delay = self._failure_delay(failures)

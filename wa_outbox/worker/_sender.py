@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 
 from .. import db
-from ..config import Settings
+from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import Action, Decision, SendResult, classify
 from ._outcomes import Claimed, outcome, request_body
@@ -79,7 +79,7 @@ class Sender:
                     delay = backoff_seconds(self._failures, base=self.settings.poll_interval,
                                             cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
                     log.warning("claim failed (%d in a row), next try in %.1f s: %s", self._failures, delay,
-                                one_line(exc))
+                                scrub(one_line(exc), self.settings.database_url))
                     stopping.wait(delay)
                     continue
                 self._failures = 0
@@ -174,7 +174,8 @@ class Sender:
                     "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
                 break
             except Exception as exc:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
-                log.warning("recording %d outcomes failed; retrying in 1 s: %s", len(batch), one_line(exc))
+                log.warning("recording %d outcomes failed; retrying in 1 s: %s", len(batch),
+                            scrub(one_line(exc), self.settings.database_url))
                 if time.monotonic() > deadline:
                     # Their ids stay held: release_unsent_claims must never give back a row that was sent.
                     log.error("gave up recording %d outcomes: their leases expire and the rescuer settles them",
