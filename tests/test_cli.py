@@ -100,3 +100,90 @@ def test_prune_keeps_recent_and_unfinished_messages(run, db):
     r = run("prune", "--days", "30")
     assert r.exit_code == 0 and "pruned 1 messages" in r.output
     assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+# --- errors are one line; db query is read-only, one statement, JSON ------------------------------------------------
+
+def closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when we return: nothing listens there
+
+
+@pytest.fixture
+def run_against(monkeypatch):
+    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+
+    def invoke(database_url: str, *args: str):
+        return CliRunner().invoke(cli.main, list(args), env={"DATABASE_URL": database_url},
+                                  catch_exceptions=False)
+    return invoke
+
+
+@pytest.mark.parametrize("args", [
+    ("db", "upgrade"), ("db", "downgrade", "base"), ("db", "current"), ("db", "query", "SELECT 1"),
+    ("status", "42"), ("dlq", "list"), ("dlq", "retry", "--all"), ("ratelimit", "show"), ("prune",),
+    ("send", "--to", "+5511987654321", "--text", "x"),
+])
+def test_an_unreachable_database_is_one_line_without_the_password(run_against, args):
+    r = run_against(f"postgresql://app:hunter2secret@127.0.0.1:{closed_port()}/app", *args)
+    assert r.exit_code != 0
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wa-outbox: cannot reach the database"), r.output
+    assert "hunter2secret" not in r.output and "app:***@127.0.0.1" in r.output
+
+
+@pytest.fixture
+def unmigrated_url(server_url):
+    from tests.conftest import _with_dbname, create_scratch_database, drop_database
+    name = create_scratch_database(server_url, prefix="wa_outbox_unmigrated")
+    yield _with_dbname(server_url, name)
+    drop_database(server_url, name)
+
+
+@pytest.mark.parametrize("args", [("status", "42"), ("dlq", "list"), ("ratelimit", "show"),
+                                  ("db", "query", "SELECT count(*) FROM wa_outbox.notifications")])
+def test_an_unmigrated_database_is_one_line(run_against, unmigrated_url, args):
+    r = run_against(unmigrated_url, *args)
+    assert r.exit_code != 0
+    assert r.output.strip() == r.output.strip().splitlines()[0]
+    assert r.output.startswith("wa-outbox: the database is not migrated") and "wa-outbox db upgrade" in r.output
+
+
+def test_db_query_refuses_several_statements_even_with_write(run, db):
+    nid = int(run("send", "--to", "+5511987654321", "--text", "x").output.split("\t")[0])
+    for flags in ((), ("--write",)):
+        r = run("db", "query", *flags, "SET wa_outbox.allow_prune = 'on'; "
+                "DELETE FROM wa_outbox.notification_events WHERE notification_id = %d" % nid)
+        assert r.exit_code != 0 and "exactly one statement" in r.output and len(r.output.splitlines()) == 1
+    assert db.execute("SELECT count(*) FROM wa_outbox.notification_events").fetchone()[0] == 1
+
+
+def test_db_query_is_read_only_unless_write(run, db):
+    nid = int(run("send", "--to", "+5511987654321", "--text", "x").output.split("\t")[0])
+    update = f"UPDATE wa_outbox.notifications SET correlation_id = 'edited' WHERE id = {nid}"
+    refused = run("db", "query", update)
+    assert refused.exit_code != 0 and "read-only transaction" in refused.output
+    assert "Traceback" not in refused.output and len(refused.output.splitlines()) == 1
+    assert run("db", "query", "SELECT wa_outbox.enqueue('+5511987654322', '{\"type\": \"text\", "
+               "\"text\": {\"body\": \"y\"}}')").exit_code != 0  # writes through a function: refused too
+    assert db.execute("SELECT count(*) FROM wa_outbox.notifications WHERE correlation_id IS NULL").fetchone()[0] == 1
+    done = run("db", "query", "--write", update)
+    assert done.exit_code == 0 and "UPDATE 1" in done.output
+    assert db.execute("SELECT correlation_id FROM wa_outbox.notifications").fetchone()[0] == "edited"
+
+
+def test_db_query_prints_json_values_as_json_and_rows_as_json_objects(run, db):
+    import json
+    nid = int(run("send", "--to", "+5511987654321", "--text", "Olá\tmundo").output.split("\t")[0])
+    sql = f"SELECT id, message, last_error, 'a%b' AS pct FROM wa_outbox.notifications WHERE id = {nid}"
+    tsv = run("db", "query", sql)
+    assert tsv.exit_code == 0
+    header, row = tsv.output.splitlines()
+    assert header == "id\tmessage\tlast_error\tpct"
+    assert row.startswith(f"{nid}\t{{") and row.endswith("\t\ta%b")
+    assert json.loads(row[len(str(nid)) + 1:row.rindex("\t\t")]) == {"type": "text", "text": {"body": "Olá\tmundo"}}
+    as_json = run("db", "query", "--json", sql)
+    assert [json.loads(line) for line in as_json.output.splitlines()] == [
+        {"id": nid, "message": {"type": "text", "text": {"body": "Olá\tmundo"}}, "last_error": None, "pct": "a%b"}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wa_outbox.config import DEFAULT_GRAPH_API_BASE_URL, ConfigError, Settings
+from wa_outbox.config import DEFAULT_GRAPH_API_BASE_URL, ConfigError, Settings, redact_url, scrub
 
 WEB_ENV = {"DATABASE_URL": "postgres://u:p@db.example:5432/app", "WHATSAPP_APP_SECRET": "s",
            "WHATSAPP_VERIFY_TOKEN": "v", "WA_OUTBOX_API_TOKENS": "a" * 16 + ", " + "b" * 20}
@@ -54,3 +54,54 @@ def test_worker_role_requires_token_and_sender():
     with pytest.raises(ConfigError, match="^WHATSAPP_ACCESS_TOKEN is not set"):
         Settings.from_env(WEB_ENV).require_worker()
     Settings.from_env({**WEB_ENV, "WHATSAPP_ACCESS_TOKEN": "t", "WHATSAPP_PHONE_NUMBER_ID": "123"}).require_worker()
+
+
+SECRETS = {"WHATSAPP_ACCESS_TOKEN": "EAAG-access-secret-1", "WHATSAPP_APP_SECRET": "app-secret-value-2",
+           "WHATSAPP_VERIFY_TOKEN": "verify-secret-value-3", "WA_OUTBOX_API_TOKENS": "api-token-secret-4-0123456789"}
+
+
+@pytest.mark.parametrize("name, value, secret", [
+    ("WA_OUTBOX_API_TOKENS", "goodtoken0123456789,shortSECRET", "goodtoken0123456789"),
+    ("WA_OUTBOX_API_TOKENS", "goodtoken0123456789,shortSECRET", "shortSECRET"),
+    ("WA_OUTBOX_API_TOKENS", " , ", None),
+    ("DATABASE_URL", "mysql://app:hunter2secret@db.example/app", "hunter2secret"),
+    ("DATABASE_URL", "postgres//app:hunter2secret@db.example/app", "hunter2secret"),
+    ("DATABASE_URL", "postgres://app:hunter2%zzsecret@db.example/app", "hunter2%zzsecret"),  # libpq quotes it
+    ("DATABASE_URL", "postgres://app@db.example/app?password=hunter2secret&bogus=1", "hunter2secret"),
+    ("DATABASE_URL", "postgres://app:hunter2secret@db.example:port/app", "hunter2secret"),
+    ("WHATSAPP_API_BASE_URL", "ftp://app:hunter2secret@graph.example/v23.0", "hunter2secret"),
+])
+def test_configuration_errors_name_the_variable_never_a_secret(name, value, secret):
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({**WEB_ENV, **SECRETS, name: value}).require_web()
+    message = str(info.value)
+    assert message.startswith(name) and "\n" not in message and "not valid" in message
+    for hidden in [secret, *SECRETS.values()]:
+        assert hidden is None or hidden not in message, message
+    if name != "WA_OUTBOX_API_TOKENS" and "://" in value:
+        assert "***" in message  # a URL is shown with its password masked
+
+
+@pytest.mark.parametrize("name, value", [
+    ("DATABASE_URL", "mysql://x"), ("WA_OUTBOX_RATE_LIMIT_MPS", "-1"), ("PORT", "x"), ("LOG_LEVEL", "LOUD"),
+    ("WHATSAPP_API_BASE_URL", "graph"), ("WHATSAPP_PHONE_NUMBER_ID", "+1"), ("WA_OUTBOX_LEASE_SECONDS", "1"),
+    ("WA_OUTBOX_INBOUND_HANDLERS", "not a path"), ("WA_OUTBOX_UNKNOWN_POLICY", "maybe"),
+])
+def test_no_configuration_error_quotes_a_secret_variable(name, value):
+    """Every error the configuration can raise, with every secret-bearing variable set: none of them leaks."""
+    env = {**WEB_ENV, **SECRETS, "DATABASE_URL": "postgres://app:hunter2secret@db.example/app",
+           "WHATSAPP_PHONE_NUMBER_ID": "123", name: value}
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(env).require_worker()
+    assert str(info.value).startswith(name)
+    for hidden in [*SECRETS.values(), "hunter2secret"]:
+        assert hidden not in str(info.value)
+
+
+def test_redact_url_and_scrub():
+    assert redact_url("postgresql://u:pw@h:5432/db?sslmode=require&password=x") == \
+        "postgresql://u:***@h:5432/db?sslmode=require&password=***"
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert redact_url("not a url u:pw@h") == "***"
+    assert scrub('bad token: "p%41ss" in postgresql://u:p%41ss@h/db', "postgresql://u:p%41ss@h/db") == \
+        'bad token: "***" in postgresql://u:***@h/db'

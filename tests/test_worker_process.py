@@ -37,20 +37,43 @@ def sending_events(db) -> int:
     return db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sending'").fetchone()[0]
 
 
+def victim_statements_running(db) -> int:
+    """Statements of the (only) worker process still running in Postgres: one sent just before it was frozen."""
+    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' "
+                      "AND application_name = 'wa-outbox-worker'").fetchone()[0]
+
+
 def test_sigkill_mid_batch_then_another_worker_every_message_sent_once_none_lost(
         database_url, db, sender, sim, settings):
     sim.set_faults([{"mode": "latency", "ms": 400}])
-    ids = [enqueue(db, to=f"+55119{i:08d}", message=TEXT) for i in range(40)]
+    # Enough work for many batches of 8 (400 ms each), so the window "a batch in flight" recurs for many seconds.
+    ids = [enqueue(db, to=f"+55119{i:08d}", message=TEXT) for i in range(120)]
     victim = start_worker_process(database_url, sim.base_url)
+
+    def frozen_mid_batch() -> bool:
+        """Freeze the victim (SIGSTOP) once it has sent at least two batches; keep it frozen only if a batch is in
+        flight at that instant, so nothing can finish between seeing the batch and the SIGKILL."""
+        if victim.poll() is not None or sending_events(db) < 16:
+            return False
+        victim.send_signal(signal.SIGSTOP)
+        wait_for(lambda: not victim_statements_running(db), timeout=10, what="the frozen victim's last statement")
+        if count(db, "status = 'sending'") >= 1:
+            return True
+        victim.send_signal(signal.SIGCONT)  # between two batches: let it go on, look again
+        return False
+
     try:
-        wait_for(lambda: sending_events(db) >= 16 and count(db, "status = 'sending'") >= 4,
-                 what="a batch in flight")
-    finally:
-        victim.send_signal(signal.SIGKILL)
-        victim.communicate(timeout=10)
+        wait_for(frozen_mid_batch, timeout=120, interval=0.1, what="the victim frozen with a batch in flight")
+    except AssertionError as exc:
+        victim.kill()
+        raise AssertionError(f"{exc}; victim exited with {victim.poll()}, output:\n{victim.communicate()[0]}") \
+            from None
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
     assert victim.returncode == -signal.SIGKILL
     in_flight = count(db, "status = 'sending'")
     assert in_flight >= 1  # killed mid-batch: rows are stranded under a dead worker's lease
+    sim.set_faults([])  # the rescuing worker need not wait 400 ms per send
 
     # A row claimed but not yet on the wire when the worker died gets no status webhook: it is resent once the
     # unknown window passes (status webhooks are flowing). Rows Meta accepted are settled by their webhooks first.
@@ -59,7 +82,7 @@ def test_sigkill_mid_batch_then_another_worker_every_message_sent_once_none_lost
         def settled():
             worker.maintain()  # rescue as soon as the dead worker's leases expire
             return count(db, "status IN ('sent', 'delivered', 'read')") == len(ids)
-        wait_for(settled, timeout=60, interval=0.5, what="every message settled")
+        wait_for(settled, timeout=90, interval=0.5, what="every message settled")
 
     callbacks = [m["biz_opaque_callback_data"] for m in sim.messages()]
     assert sorted(callbacks, key=int) == [str(i) for i in ids]  # each received exactly once, none lost

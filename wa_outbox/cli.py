@@ -6,16 +6,18 @@ embedded Postgres in ./.wa-outbox/ (WA_OUTBOX_DATA_DIR), so a laptop needs nothi
 
 from __future__ import annotations
 
+import json as _json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import click
 
 from . import logs
-from .config import ConfigError, Settings
+from .config import ConfigError, Settings, redact_url, scrub
 from .db import with_database
 
 # Local-only values `wa-outbox dev` uses for whatever is unset: never for production.
@@ -40,7 +42,79 @@ def _settings() -> Settings:
         raise click.ClickException(f"configuration error: {exc}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CliError(click.ClickException):
+    """A failure shown as one line `wa-outbox: …` on stderr, exit status 1."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"wa-outbox: {self.format_message()}", file=file, err=file is None)
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """One line naming what went wrong with the database, without its password: unreachable, not migrated, or
+    Postgres's own first line. `exc` is a psycopg, SQLAlchemy or alembic error (SQLAlchemy wraps psycopg's)."""
+    import psycopg
+    cause: BaseException = exc
+    while not isinstance(cause, psycopg.Error) and (getattr(cause, "orig", None) or cause.__cause__):
+        cause = getattr(cause, "orig", None) or cause.__cause__
+    lines = str(cause).strip().splitlines()
+    first = lines[0] if lines else type(cause).__name__
+    url = os.environ.get("DATABASE_URL")
+    if isinstance(cause, psycopg.OperationalError) and _is_connection_failure(cause):
+        where = f" at {redact_url(url)}" if url else ""
+        text = f"cannot reach the database{where}: {first}"
+    elif isinstance(cause, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
+                            psycopg.errors.UndefinedFunction)) and "wa_outbox" in first:
+        text = f"the database is not migrated ({first}): run `wa-outbox db upgrade`"
+    elif isinstance(cause, psycopg.Error):
+        text = f"database error: {first}"
+    else:
+        text = first
+    if url:
+        from .config import normalize_database_url
+        try:
+            text = scrub(text, normalize_database_url(url))
+        except ValueError:
+            pass
+        text = scrub(text, url)
+    return text
+
+
+def _is_connection_failure(error) -> bool:
+    """No SQLSTATE (libpq could not connect or lost the connection), class 08, or the server shutting down."""
+    return error.sqlstate is None or error.sqlstate.startswith("08") or error.sqlstate in {"57P01", "57P02", "57P03"}
+
+
+class _Main(click.Group):
+    """The `wa-outbox` group. Every command's database failures (psycopg, SQLAlchemy, alembic) and its own errors end
+    here as one line on stderr and a non-zero exit, never a traceback (the release phase's log stays readable)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.UsageError, CliError, click.exceptions.Exit, click.Abort):
+            raise
+        except click.ClickException as exc:
+            # A command that turned a database error into its own message: describe the original the same way.
+            error = CliError(describe_database_error(exc.__context__) if _is_database_error(exc.__context__)
+                             else exc.format_message())
+            error.exit_code = exc.exit_code
+            raise error from None
+        except Exception as exc:
+            if _is_database_error(exc):
+                raise CliError(describe_database_error(exc)) from None
+            raise
+
+
+def _is_database_error(exc: BaseException | None) -> bool:
+    """A psycopg, SQLAlchemy or alembic error (checked without importing what the command did not load)."""
+    if exc is None:
+        return False
+    kinds = [getattr(sys.modules.get(module), name, None) for module, name in (
+        ("psycopg", "Error"), ("sqlalchemy.exc", "SQLAlchemyError"), ("alembic.util", "CommandError"))]
+    return isinstance(exc, tuple(kind for kind in kinds if isinstance(kind, type)))
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """wa-outbox: reliable WhatsApp Cloud API messaging with Postgres as the only moving part."""
 
@@ -81,18 +155,62 @@ def db_current() -> None:
 
 @db.command("query")
 @click.argument("sql")
-def db_query(sql: str) -> None:
-    """Run one SQL statement and print its rows, tab-separated (support queries on the embedded database)."""
+@click.option("--write", is_flag=True, help="Allow writes (default: a read-only transaction Postgres enforces).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row instead of tab-separated columns.")
+def db_query(sql: str, write: bool, as_json: bool) -> None:
+    """Run exactly one SQL statement and print its rows: tab-separated with a header line, or `--json`. Read-only
+    unless `--write` (then it runs in its own transaction, committed)."""
     import psycopg
-    with psycopg.connect(_settings().database_url, autocommit=True) as conn:
-        try:
-            cursor = conn.execute(sql.encode())  # bytes: run as written, no placeholder parsing
-        except psycopg.Error as exc:
-            raise click.ClickException(str(exc).strip()) from None
-        if cursor.description:
-            click.echo("\t".join(c.name for c in cursor.description))
+    # Read-only: a READ ONLY transaction, so Postgres itself refuses writes. --write: autocommit, so statements that
+    # cannot run in a transaction block (VACUUM, CREATE INDEX CONCURRENTLY) work too.
+    with psycopg.connect(_settings().database_url, autocommit=write, application_name="wa-outbox-cli") as conn:
+        conn.read_only = not write
+        with conn.cursor() as cursor:
+            try:
+                # prepare=True: the extended query protocol, which Postgres refuses for several statements; bytes: run
+                # as written, no placeholder parsing.
+                cursor.execute(sql.encode(), prepare=True)
+            except psycopg.errors.SyntaxError as exc:
+                if "multiple commands" in str(exc):
+                    raise CliError("db query runs exactly one statement; this SQL has several: run them one by one"
+                                   ) from None
+                raise
+            if not cursor.description:
+                click.echo(cursor.statusmessage or "", err=True)
+                return
+            names = [c.name for c in cursor.description]
+            json_columns = {i for i, c in enumerate(cursor.description) if c.type_code in _JSON_TYPE_OIDS}
+            if not as_json:
+                click.echo("\t".join(names))
             for row in cursor:
-                click.echo("\t".join("" if v is None else str(v) for v in row))
+                if as_json:
+                    click.echo(_json.dumps(dict(zip(names, row)), default=_json_default, ensure_ascii=False))
+                else:
+                    click.echo("\t".join(_cell(v, i in json_columns) for i, v in enumerate(row)))
+
+
+_JSON_TYPE_OIDS = {114, 3802, 199, 3807}  # json, jsonb, json[], jsonb[]
+
+
+def _cell(value, is_json: bool) -> str:
+    """A value for tab-separated output: JSON for json/jsonb (and arrays), never a Python repr; NULL is empty."""
+    if value is None:
+        return ""
+    if is_json or isinstance(value, (dict, list)):
+        return _json.dumps(value, default=_json_default, ensure_ascii=False)
+    return str(value)
+
+
+def _json_default(value):
+    import datetime
+    import decimal
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (bytes, memoryview)):
+        return "\\x" + bytes(value).hex()
+    return str(value)
 
 
 def _record_default_sender(settings: Settings) -> None:
@@ -123,38 +241,36 @@ def web(port: int | None) -> None:
 
 @main.command()
 def worker() -> None:
-    """Deliver queued messages and process stored webhooks until SIGTERM (then drain within the grace)."""
-    from .worker import Worker
+    """Deliver queued messages and process stored webhooks until SIGTERM (then drain within the grace).
+
+    A database that cannot be reached, or is not migrated yet (the release phase still running), is waited for with
+    capped exponential backoff, one log line per attempt; SIGTERM or SIGINT while waiting exits 0 at once."""
+    from .worker import Worker, wait_until_ready
     settings = _settings()
     try:
         settings.require_worker()
     except ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from None
-    _require_schema(settings)
-    _record_default_sender(settings)
+    stopping = threading.Event()
+    running: list[Worker] = []
+
+    def _stop(signum, frame):
+        stopping.set()
+        for started in running:
+            started.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if not wait_until_ready(settings, stopping, prepare=lambda: _record_default_sender(settings)):
+        return
     try:
         the_worker = Worker(settings)
     except ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from None
-
-    def _stop(signum, frame):
-        the_worker.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    running.append(the_worker)
+    if stopping.is_set():
+        return
     the_worker.run()
-
-
-def _require_schema(settings: Settings) -> None:
-    import psycopg
-    from .db import query
-    try:
-        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
-            conn.execute(query("schema_version"))
-    except psycopg.errors.UndefinedTable:
-        raise click.ClickException("the database is not migrated: run `wa-outbox db upgrade`") from None
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(f"cannot reach the database: {str(exc).strip().splitlines()[0]}") from None
 
 
 @main.command()
@@ -187,7 +303,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                                  "--status-delay-ms", str(status_delay_ms)]
     token = settings.api_tokens[0]
     auth = f"-H 'Authorization: Bearer {token}'"
-    click.echo(f"wa-outbox dev: postgres   {_redact(settings.database_url)}")
+    click.echo(f"wa-outbox dev: postgres   {redact_url(settings.database_url)}")
     click.echo(f"wa-outbox dev: web        {web_url}  (webhooks {web_url}/webhooks/whatsapp, "
                f"metrics {web_url}/metrics, API token {token})")
     click.echo(f"wa-outbox dev: worker     sending to {settings.api_base_url}")
@@ -437,14 +553,6 @@ def _run_children(commands: dict[str, list[str]]) -> int:
             proc.kill()
             proc.wait()
     return status
-
-
-def _redact(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    return f"{scheme}://{userinfo}{at}{host}"
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

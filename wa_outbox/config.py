@@ -1,8 +1,10 @@
 """Configuration from environment variables, validated once at start-up.
 
 Every process (web, worker, CLI) builds one `Settings` from the environment. A missing or malformed variable raises
-`ConfigError` whose message is one line naming the variable; entry points print it and exit with status 2 instead
-of showing a traceback. Secrets never appear in `repr()` and so never in logs.
+`ConfigError` whose message is one line naming the variable and what is wrong with it; entry points print it and
+exit with status 2 instead of showing a traceback. Secrets never appear in `repr()` and so never in logs, nor in a
+ConfigError: a variable that can hold a secret (tokens, secrets, URLs with credentials) is named without its value,
+or, for a URL, shown with its password replaced by ***.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
     from .retry import RetryPolicy
@@ -25,14 +27,64 @@ class ConfigError(Exception):
     """A configuration problem; str(error) is a one-line message naming the variable."""
 
 
-def _parse(env: Mapping[str, str], name: str, default: T, convert: Callable[[str], T], what: str) -> T:
+class _Invalid(ValueError):
+    """A converter's explanation of what is wrong with a value; it never quotes a secret."""
+
+
+def _parse(env: Mapping[str, str], name: str, default: T, convert: Callable[[str], T], what: str,
+           shown: Callable[[str], str | None] = repr) -> T:
+    """`convert(env[name])`, or `default` when unset. `shown(raw)` is how the bad value appears in the error: None
+    for a variable holding secrets (the message then names the variable only)."""
     raw = env.get(name, "").strip()
     if raw == "":
         return default
     try:
         return convert(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}={raw!r} is not valid: expected {what}") from None
+    except (TypeError, ValueError) as exc:
+        value = shown(raw)
+        problem = f": {exc}" if isinstance(exc, _Invalid) else ""
+        subject = name if value is None else f"{name}={value}"
+        raise ConfigError(f"{subject} is not valid{problem}: expected {what}") from None
+
+
+def _secret(raw: str) -> None:
+    return None
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (in the userinfo or a `password=` query parameter) replaced by ***: fit for a log or an
+    error message. Anything that does not parse as scheme://… is replaced entirely."""
+    parts = urlsplit(url)
+    if not parts.scheme or "://" not in url:
+        return "***"
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(netloc=f"{userinfo}{at}{hostport}", query=query).geturl()
+
+
+def _shown_url(raw: str) -> str | None:
+    redacted = redact_url(raw)
+    return None if redacted == "***" else repr(redacted)
+
+
+def scrub(message: str, url: str | None) -> str:
+    """`message` (say, a driver's error) with every appearance of `url`'s password, raw or percent-encoded, and of
+    the URL itself replaced by ***: libpq quotes the offending part of a URL, which may be the password."""
+    if not url:
+        return message
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    secrets = {url}
+    if ":" in userinfo:
+        encoded = userinfo.split(":", 1)[1]
+        secrets |= {encoded, unquote(encoded)}
+    for match in re.finditer(r"(?i)(?:^|&)password=([^&]*)", parts.query):
+        secrets |= {match.group(1), unquote(match.group(1))}
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        message = message.replace(secret, "***" if secret != url else redact_url(url))
+    return message
 
 
 def _positive_int(raw: str) -> int:
@@ -71,17 +123,30 @@ def _phone_number_id(raw: str) -> str:
 
 def _tokens(raw: str) -> tuple[str, ...]:
     tokens = tuple(t.strip() for t in raw.split(",") if t.strip())
-    if not tokens or any(len(t) < 16 for t in tokens):
-        raise ValueError
+    if not tokens:
+        raise _Invalid("no token")
+    short = [i for i, t in enumerate(tokens, 1) if len(t) < 16]
+    if short:  # positions, never the tokens themselves
+        raise _Invalid(f"token{'s' if len(short) > 1 else ''} {', '.join(map(str, short))} of {len(tokens)} "
+                         f"{'are' if len(short) > 1 else 'is'} shorter than 16 characters")
     return tokens
 
 
 def normalize_database_url(raw: str) -> str:
-    """Accept Heroku's `postgres://` and SQLAlchemy-style URLs; return a plain `postgresql://` libpq URL."""
+    """Accept Heroku's `postgres://` and SQLAlchemy-style URLs; return a plain `postgresql://` libpq URL that libpq
+    can parse (ValueError, with libpq's complaint minus the password, otherwise)."""
     scheme, sep, rest = raw.partition("://")
     if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
         raise ValueError
-    return "postgresql://" + rest
+    url = "postgresql://" + rest
+    from psycopg import ProgrammingError, conninfo  # noqa: PLC0415 - libpq's own parser, no connection made
+    try:
+        params = conninfo.conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        raise _Invalid(scrub(str(exc).strip().splitlines()[0], url)) from None
+    if not all(p.strip().isdigit() for p in str(params.get("port") or "5432").split(",")):
+        raise _Invalid("the port is not a number")  # libpq would only say so when connecting
+    return url
 
 
 @dataclass(frozen=True)
@@ -121,16 +186,16 @@ class Settings:
         env = os.environ if env is None else env
         return cls(
             database_url=_parse(env, "DATABASE_URL", None, normalize_database_url,
-                                "a postgres:// or postgresql:// URL"),
+                                "a postgres:// or postgresql:// URL", shown=_shown_url),
             access_token=env.get("WHATSAPP_ACCESS_TOKEN", "").strip() or None,
             app_secret=env.get("WHATSAPP_APP_SECRET", "").strip() or None,
             verify_token=env.get("WHATSAPP_VERIFY_TOKEN", "").strip() or None,
             api_tokens=_parse(env, "WA_OUTBOX_API_TOKENS", (), _tokens,
-                              "a comma-separated list of tokens of at least 16 characters each"),
+                              "a comma-separated list of tokens of at least 16 characters each", shown=_secret),
             phone_number_id=_parse(env, "WHATSAPP_PHONE_NUMBER_ID", None, _phone_number_id,
                                    "the numeric phone number id from Meta's App Dashboard"),
             api_base_url=_parse(env, "WHATSAPP_API_BASE_URL", DEFAULT_GRAPH_API_BASE_URL, _http_url,
-                                "an http(s) URL such as https://graph.facebook.com/v23.0"),
+                                "an http(s) URL such as https://graph.facebook.com/v23.0", shown=_shown_url),
             rate_limit_mps=_parse(env, "WA_OUTBOX_RATE_LIMIT_MPS", 80.0, _positive_float,
                                   "a positive number of messages per second"),
             port=_parse(env, "PORT", 8000, _port, "a TCP port number (1-65535)"),

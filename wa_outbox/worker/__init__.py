@@ -9,6 +9,9 @@ Threads of one worker:
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
 is guarded, so no leader is needed.
+
+Postgres may be away at start (`wait_until_ready` waits, with capped backoff, until it answers and is migrated) and
+at any time later: every thread catches the failure, logs one line, waits, and goes on.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ import psycopg
 import sqlalchemy as sa
 
 from .. import db
-from ..config import Settings
+from ..config import Settings, redact_url, scrub
+from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
 from ._heartbeat import beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
 from ._reconciler import settle_unknown
 from ._rescuer import rescue
-from ._sender import Sender
+from ._sender import FAILURE_BACKOFF_CAP, Sender, one_line
 from ._transport import DryRunTransport, GraphTransport, Transport
 
 log = logging.getLogger("wa_outbox.worker")
@@ -37,6 +41,56 @@ log = logging.getLogger("wa_outbox.worker")
 NOTIFY_CHANNEL = "wa_outbox_notifications"
 MAINTENANCE_INTERVAL = 5.0
 INBOUND_IDLE_WAIT = 0.5
+READY_BACKOFF_BASE = 1.0   # seconds: first wait for a database that is away or not migrated at start
+READY_BACKOFF_CAP = 30.0   # the longest wait between two tries
+CONNECT_TIMEOUT = 5        # seconds: a try must not block SIGTERM for long
+
+
+def database_not_ready(settings: Settings) -> str | None:
+    """Why the worker cannot start yet (the database does not answer, or is not migrated to this version's head),
+    or None when it can."""
+    from .. import migrate
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
+                             application_name="wa-outbox-worker") as conn:
+            version = conn.execute(db.query("schema_version")).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return "the database is not migrated yet (is the release phase, `wa-outbox db upgrade`, still running?)"
+    except psycopg.Error as exc:
+        return f"cannot reach the database at {redact_url(settings.database_url)}: " + \
+            scrub(one_line(exc), settings.database_url)
+    needed, known = migrate.head(), migrate.revisions()
+    current = version[0] if version else None
+    if current is None or (current != needed and current in known):
+        return (f"the database schema is at {current or 'no revision'}, this version needs {needed} "
+                f"(is the release phase, `wa-outbox db upgrade`, still running?)")
+    return None  # at head, or at a revision newer than this code (a deploy in progress): go on
+
+
+def wait_until_ready(settings: Settings, stopping: threading.Event, prepare=None) -> bool:
+    """Wait until the database answers and is migrated, then run `prepare()` (start-up writes); retry with capped
+    exponential backoff, one log line per try, until it all succeeds (True) or `stopping` is set (False).
+
+    A worker that exited here would be restarted by the platform with its own, longer back-off: waiting keeps one
+    ready to work the moment the database is."""
+    attempt = 0
+    while not stopping.is_set():
+        attempt += 1
+        problem = database_not_ready(settings)
+        if problem is None and prepare is not None:
+            try:
+                prepare()
+            except psycopg.Error as exc:
+                problem = "start-up write failed: " + scrub(one_line(exc), settings.database_url)
+        if problem is None:
+            if attempt > 1:
+                log.info("database ready after %d tries", attempt)
+            return True
+        delay = backoff_seconds(attempt, base=READY_BACKOFF_BASE, cap=READY_BACKOFF_CAP)
+        log.warning("waiting for the database (try %d): %s; next try in %.1f s", attempt, problem, delay)
+        stopping.wait(delay)
+    log.info("stopped while waiting for the database")
+    return False
 
 
 class Worker:
@@ -61,9 +115,12 @@ class Worker:
     def run(self) -> None:
         """Work until stop() is called; then drain within the shutdown grace and return."""
         log.info("worker %s starting: concurrency %d, %s", self.worker_id, self.settings.worker_concurrency,
-                 "dry run" if self.settings.dry_run else self.settings.api_base_url)
-        beat(self.engine, self.worker_id, "running", self._info())
-        analyze_if_never(self.engine)
+                 "dry run" if self.settings.dry_run else redact_url(self.settings.api_base_url))
+        try:
+            beat(self.engine, self.worker_id, "running", self._info())
+            analyze_if_never(self.engine)
+        except Exception as exc:  # noqa: BLE001 - the database went away again: maintenance retries both
+            log.warning("start-up heartbeat failed; maintenance will retry: %s", one_line(exc))
         for name, target in (("recorder", lambda: self.sender.record(self._recorder_done)),
                              ("listener", self._listen), ("inbound", self._inbound_loop),
                              ("maintenance", self._maintenance_loop)):
@@ -105,25 +162,45 @@ class Worker:
 
     # --- threads -------------------------------------------------------------------------------------------------
 
+    def _failure_delay(self, failures: int) -> float:
+        """Capped exponential backoff for a thread whose database work keeps failing: never a hot loop."""
+        return backoff_seconds(failures, base=self.settings.poll_interval,
+                               cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
+
     def _listen(self) -> None:
+        failures = 0
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(self.settings.database_url, autocommit=True,
+                with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                                      application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
                     while not self.stopping.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
                             self.sender.wake.set()
-            except psycopg.Error:
-                log.warning("listener lost its connection; polling until it is back", exc_info=True)
-                self.stopping.wait(self.settings.poll_interval)
+            except psycopg.Error as exc:
+                failures += 1
+                delay = self._failure_delay(failures)
+                log.warning("listener lost its connection (%d in a row); polling meanwhile, next try in %.1f s: %s",
+                            failures, delay, scrub(one_line(exc), self.settings.database_url))
+                self.stopping.wait(delay)
 
     def _inbound_loop(self) -> None:
+        failures = 0
         while not self.stopping.is_set():
             try:
-                if self.inbound.process_batch():
+                busy = self.inbound.process_batch()
+                failures = 0
+                if busy:
                     continue
+            except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away; the lease keeps the batch
+                failures += 1
+                delay = self._failure_delay(failures)
+                log.warning("inbound batch failed (%d in a row), next try in %.1f s: %s", failures, delay,
+                            scrub(one_line(exc), self.settings.database_url))
+                self.stopping.wait(delay)
+                continue
             except Exception:  # noqa: BLE001 - keep going; the lease returns the batch to the queue
                 log.exception("inbound batch failed")
             self.stopping.wait(INBOUND_IDLE_WAIT)
@@ -141,5 +218,7 @@ class Worker:
                      lambda: analyze_if_never(self.engine)):
             try:
                 step()
+            except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away: the next round retries
+                log.warning("maintenance step failed: %s", scrub(one_line(exc), self.settings.database_url))
             except Exception:  # noqa: BLE001 - one failing step must not stop the others
                 log.exception("maintenance step failed")

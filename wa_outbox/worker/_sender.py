@@ -3,6 +3,10 @@ pooled HTTP session, and record their outcomes in batches.
 
 Claiming only as many rows as there are free slots means every claimed row goes on the wire at once: nothing sits
 claimed-but-unsent behind a busy thread, so the lease covers exactly the sends in flight.
+
+A claim is never repeated blindly (its reply may be lost after its COMMIT). Instead the Sender tracks the ids it
+holds (claimed and handed to a send thread, until their outcome is recorded); after a claim fails, it gives back
+every row `sending` under its lease that it does not hold (release_unsent_claims.sql) before claiming again.
 """
 
 from __future__ import annotations
@@ -17,13 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 
 from .. import db
-from ..config import Settings
-from ..retry import RetryPolicy
+from ..config import Settings, scrub
+from ..retry import RetryPolicy, backoff_seconds
 from ._classify import Action, Decision, SendResult, classify
 from ._outcomes import Claimed, outcome, request_body
 from ._transport import Transport
 
 log = logging.getLogger("wa_outbox.worker")
+
+FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one log line (a driver's message can span several)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 class Sender:
@@ -38,6 +50,9 @@ class Sender:
         self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._held: set[int] = set()            # claimed ids not yet recorded (or abandoned to the lease)
+        self._release_pending = False           # a claim failed: its rows may be ours, unsent
+        self._failures = 0                      # consecutive failed claims (or releases), for the backoff
         self._outcomes: queue.Queue[tuple[Claimed, Decision, dict]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
@@ -54,11 +69,20 @@ class Sender:
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
                 try:
+                    if self._release_pending:
+                        self.release_unsent_claims()
                     rows = self._claim(free)
-                except Exception:  # noqa: BLE001 - the database is away: wait and try again
-                    log.exception("claim failed")
-                    stopping.wait(self.settings.poll_interval)
+                except Exception as exc:  # noqa: BLE001 - the database is away: wait and try again
+                    # The claim may have committed with its reply lost: give its rows back before claiming again.
+                    self._release_pending = True
+                    self._failures += 1
+                    delay = backoff_seconds(self._failures, base=self.settings.poll_interval,
+                                            cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
+                    log.warning("claim failed (%d in a row), next try in %.1f s: %s", self._failures, delay,
+                                scrub(one_line(exc), self.settings.database_url))
+                    stopping.wait(delay)
                     continue
+                self._failures = 0
                 for row in rows:
                     self._start(row)
                 if len(rows) == free:
@@ -72,9 +96,24 @@ class Sender:
         self.stats["claimed"] += len(rows)
         return [Claimed(**row) for row in rows]
 
+    def release_unsent_claims(self) -> list[int]:
+        """Give back the rows `sending` under this worker's lease that it does not hold: a claim whose reply was lost.
+        Runs on the producer's thread (the only one that claims), so no claimed row can be missing from the held
+        set while it runs. Returns the ids released."""
+        with self._lock:
+            held = sorted(self._held)
+        released = [row["id"] for row in db.fetch(self.engine, "release_unsent_claims",
+                                                  {"worker_id": self.worker_id, "in_flight": held})]
+        self._release_pending = False
+        if released:
+            log.warning("released %d claimed messages whose claim reply was lost: queued again, unsent",
+                        len(released), extra={"notification_ids": released[:100]})
+        return released
+
     def _start(self, row: Claimed) -> None:
         with self._lock:
             self._in_flight += 1
+            self._held.add(row.id)
         self._executor.submit(self._send, row)
 
     @property
@@ -88,11 +127,14 @@ class Sender:
         try:
             result = self.transport.send(row.phone_number_id, request_body(row))
             decision = classify(result)
-            if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
-                self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
         except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
+        if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
+            try:
+                self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
+            except Exception as exc:  # noqa: BLE001 - the database is away: the outcome still waits out the pause
+                log.warning("pausing sender %s failed: %s", row.phone_number_id, one_line(exc))
         self._outcomes.put((row, decision, outcome(row, decision, self.policy, result.elapsed_ms)))
         with self._lock:
             self._in_flight -= 1
@@ -131,13 +173,17 @@ class Sender:
                 db.execute(self.engine, "record_outcomes", {
                     "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
                 break
-            except Exception:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
-                log.exception("recording %d outcomes failed; retrying", len(batch))
+            except Exception as exc:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
+                log.warning("recording %d outcomes failed; retrying in 1 s: %s", len(batch),
+                            scrub(one_line(exc), self.settings.database_url))
                 if time.monotonic() > deadline:
+                    # Their ids stay held: release_unsent_claims must never give back a row that was sent.
                     log.error("gave up recording %d outcomes: their leases expire and the rescuer settles them",
                               len(batch))
                     return
                 time.sleep(1.0)
+        with self._lock:
+            self._held.difference_update(row.id for row, _, _ in batch)
         for row, decision, entry in batch:
             self._log(row, decision, entry)
 
