@@ -3,6 +3,11 @@
 -- == Message validation ============================================================================================
 
 -- == Webhook receiver ==============================================================================================
+DROP TRIGGER webhook_events_drop_unreferenced_bodies ON wa_outbox.webhook_events;
+DROP FUNCTION wa_outbox.drop_unreferenced_webhook_bodies();
+DROP INDEX wa_outbox.webhook_events_raw_body;
+ALTER TABLE wa_outbox.webhook_events DROP COLUMN raw_body_sha256;
+DROP TABLE wa_outbox.webhook_bodies;
 
 -- == Inbound events ================================================================================================
 
