@@ -294,7 +294,7 @@ def split_payload(payload: dict[str, Any]) -> list[WebhookEvent]:
             if not isinstance(change, dict):
                 raise PayloadError(f"{where} must be an object")
             field = change.get("field")
-            if not isinstance(field, str) or not field:
+            if type(field) is not str or not field:  # not a _NumberText either: NaN is no field name
                 raise PayloadError(f"{where}.field must be a non-empty string")
             value = change.get("value")
             if not isinstance(value, dict):
