@@ -27,6 +27,7 @@ import hmac
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, replace
 from json.decoder import scanstring
 from typing import Any
@@ -111,30 +112,40 @@ def parse_body(body: bytes) -> dict[str, Any]:
 
 
 def _parse(body: bytes) -> tuple[dict[str, Any], bool]:
-    kept: list[str] = []
-
-    def as_text(literal: str) -> str:  # NaN, Infinity, 1e400, a 5,000-digit integer: the JSON text, as a string
-        kept.append(literal)
-        return _NumberText(literal)
-
-    def finite_float(literal: str) -> float | str:
-        number = float(literal)
-        return number if math.isfinite(number) else as_text(literal)
-
-    def bounded_int(literal: str) -> int | str:
-        try:
-            return int(literal)
-        except ValueError:  # past sys.get_int_max_str_digits()
-            return as_text(literal)
-
-    decoder = json.JSONDecoder(parse_float=finite_float, parse_int=bounded_int, parse_constant=as_text)
+    """The payload, and whether numbers had to be kept as text."""
+    _numbers_kept.count = 0
     try:
-        payload = decoder.decode(_decode(body))
+        payload = _DECODER.decode(_decode(body))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise PayloadError("body must be a JSON object")
-    return payload, bool(kept)
+    return payload, _numbers_kept.count > 0
+
+
+_numbers_kept = threading.local()  # per request thread: how many numbers the current parse kept as text
+
+
+def _as_text(literal: str) -> str:
+    """NaN, ±Infinity, 1e400, a 5,000-digit integer: the JSON text, as a string."""
+    _numbers_kept.count += 1
+    return _NumberText(literal)
+
+
+def _finite_float(literal: str) -> float | str:
+    number = float(literal)
+    return number if math.isfinite(number) else _as_text(literal)
+
+
+def _bounded_int(literal: str) -> int | str:
+    try:
+        return int(literal)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return _as_text(literal)
+
+
+# Built once: the hooks only run for numbers (ints and floats are rare in Meta's payloads) and NaN/Infinity.
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_as_text)
 
 
 def _decode(body: bytes) -> str:
