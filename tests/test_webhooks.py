@@ -96,3 +96,127 @@ def test_split_refuses_broken_shapes(payload, message):
     with pytest.raises(PayloadError) as info:
         split_payload(payload)
     assert message in str(info.value)
+
+
+# --- poison: sanitizing, the fast check, the iterative JSON check (pure, property-based) -------------------------------
+
+import json  # noqa: E402
+import re  # noqa: E402
+
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
+
+from tests.conftest import load_corpus, meta_body  # noqa: E402
+from wa_outbox import webhooks  # noqa: E402
+from wa_outbox.webhooks import events_of_body, is_json, sanitize  # noqa: E402
+
+# Any text, lone surrogates and NUL included; emoji and accents too.
+ANY_TEXT = st.text(st.one_of(st.characters(exclude_categories=()), st.sampled_from("\x00\ud800\udfff😀á\\\"")),
+                   max_size=8)
+ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4), max_leaves=20)
+
+
+def storable(value) -> bool:
+    """What Postgres' jsonb can hold: JSON without NaN/Infinity, UTF-8 without lone surrogates, no NUL."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        return False
+    return "\\u0000" not in text.replace("\\\\", "")
+
+
+@given(ANY_VALUE)
+def test_sanitize_makes_any_value_storable_and_is_idempotent(value):
+    clean, changed = sanitize(value)
+    assert storable(clean)
+    assert sanitize(clean) == (clean, False)
+    if storable(value):
+        assert clean is value and not changed
+    else:
+        assert changed
+
+
+@given(ANY_VALUE, st.booleans(), st.booleans())
+@example({"t": "\ud83d\ude00 \\ud800"}, True, False)  # an escaped backslash before a surrogate-like text
+def test_the_fast_checks_never_miss_what_the_walk_would_fix(value, ascii_only, upper_hex):
+    body = json.dumps({"v": value}, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    if upper_hex:
+        body = re.sub(rb"\\u([0-9a-f]{4})", lambda m: b"\\u" + m.group(1).upper(), body)
+    payload, numbers_kept_as_text = webhooks._parse(body)
+    if not (numbers_kept_as_text or webhooks._may_hold_unstorable_chars(body)):
+        assert sanitize(payload) == (payload, False)
+
+
+def test_clean_bodies_skip_the_sanitizing_walk(monkeypatch):
+    def no_walk(value):
+        raise AssertionError("walked a clean body")
+    monkeypatch.setattr(webhooks, "sanitize", no_walk)
+    for name, payload in load_corpus().items():
+        body = meta_body(payload)
+        if b"\\ud" in body:  # emoji: the walk is allowed (and finds nothing)
+            continue
+        assert all(not e.raw_body for e in events_of_body(body)), name
+
+
+JSON_SOUP = st.lists(st.sampled_from(['{', '}', '[', ']', ',', ':', '"a"', '"\\u00e9"', '"\\x"', '1', '-0.5e3',
+                                      '01', 'true', 'nul', 'NaN', '-Infinity', ' ', '"', '\\']), max_size=14)
+
+
+@given(st.one_of(JSON_SOUP.map("".join), st.text(max_size=10), ANY_VALUE.map(json.dumps)))
+def test_is_json_agrees_with_pythons_parser(text):
+    try:
+        json.loads(text)
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert is_json(text) == parsed
+
+
+def test_is_json_follows_any_depth():
+    assert is_json("[" * 100_000 + "]" * 100_000)
+    assert is_json('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    assert not is_json("[" * 100_000 + "]" * 99_999)
+    assert not is_json('{"a": ' * 50_000 + "1" + "}" * 49_999 + "]")
+
+
+def _change(value: str) -> bytes:
+    return b'{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"x","value":{"n":' + \
+        value.encode() + b'}}]}]}'
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "9" * 5000, "-" + "9" * 5000])
+def test_numbers_beyond_python_or_jsonb_are_kept_as_their_text(literal):
+    [event] = events_of_body(_change(literal))
+    assert event.payload["value"]["n"] == literal and type(event.payload["value"]["n"]) is str
+    assert event.raw_body and storable(event.payload)
+
+
+@pytest.mark.parametrize("literal", ["1e300", "-0.0", "12345678901234567890123", "5e-324", "1.5"])
+def test_numbers_python_can_hold_stay_numbers(literal):
+    [event] = events_of_body(_change(literal))
+    assert event.payload["value"]["n"] == json.loads(literal) and not event.raw_body
+
+
+@given(ANY_VALUE)
+@settings(max_examples=200)
+def test_events_of_any_body_are_storable_with_keys_stable_across_redeliveries(value):
+    payload = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [
+        {"field": "messages", "value": {"messages": [{"id": value if isinstance(value, str) else "w", "x": value}]}},
+        {"field": "other", "value": {"v": value}}]}]}
+    body = json.dumps(payload).encode("utf-8", "surrogatepass")
+    events = events_of_body(body)
+    assert [e.dedup_key for e in events] == [e.dedup_key for e in events_of_body(body)]
+    for event in events:
+        assert storable([event.payload, event.dedup_key, event.field, event.wamid, event.account_id])
+        assert len(event.dedup_key) <= webhooks.MAX_NATURAL_KEY_LENGTH
+
+
+def test_a_body_too_deep_to_parse_becomes_one_dead_event_keyed_by_its_bytes():
+    body = _change("[" * 10_000 + "]" * 10_000)
+    [event] = events_of_body(body)
+    assert event.dead_reason.startswith("cannot be processed: ") and event.raw_body
+    assert event.dedup_key == "d:" + hashlib.sha256(body).hexdigest() and event.kind == "change"
+    with pytest.raises(PayloadError, match="not valid JSON"):
+        events_of_body(_change("[" * 10_000))

@@ -1,7 +1,7 @@
 """Inbound webhooks, the pure part: signature check, payload validation, and splitting a POST into stored events.
 
-No I/O here. The Flask view (`web/webhook_views.py`) calls `verify_signature`, then `split_payload`, then hands the
-events to one set-based INSERT … ON CONFLICT DO NOTHING.
+No I/O here. The Flask view (`web/webhook_views.py`) calls `verify_signature`, then `events_of_body` (parse, split,
+sanitize), then hands the events to one set-based INSERT … ON CONFLICT DO NOTHING.
 
 Each event is one update with a dedup key that does not depend on how Meta batches a (re)delivery:
 - an inbound message (`messages[]`, `message_echoes[]`): `m:<wamid>`;
@@ -9,7 +9,15 @@ Each event is one update with a dedup key that does not depend on how Meta batch
 - anything else (calls, template and account updates, user preferences, account-level errors, …): `d:<sha256>` of
   the canonical JSON of the change and its account id.
 An event's payload is the change narrowed to that one update (`{"field", "value"}` with a one-element list), so a
-handler sees exactly the shape Meta documents.
+handler sees exactly the shape Meta documents. A natural key longer than MAX_NATURAL_KEY_LENGTH (no real wamid is)
+falls back to the digest key: the unique index cannot hold arbitrarily long keys.
+
+Poison that passes the signature (Meta relays what customers type): JSON that Postgres' jsonb cannot hold is stored
+sanitized — NUL and lone surrogates become U+FFFD, NaN/±Infinity and numbers beyond Python's float or int range are
+kept as their literal text (a JSON string) — and such an event says `raw_body=True`, so the POST's exact bytes are
+stored beside it. JSON that cannot be split at all (nesting deeper than Python's parser follows) becomes one `dead`
+event holding the raw bytes (`unprocessable_event`). Clean bodies (all of Meta's) skip the sanitizing walk: a scan of
+the raw bytes (`_may_hold_unstorable_chars`) and the parser's number hooks decide.
 """
 
 from __future__ import annotations
@@ -17,10 +25,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
+import math
+import re
+import threading
+from dataclasses import dataclass, replace
+from json.decoder import scanstring
 from typing import Any
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+
+# Natural keys (m:<wamid>, s:<wamid>:<status>[:<participant>]) up to this many characters; longer ones are digested.
+MAX_NATURAL_KEY_LENGTH = 512
+# The `field` of the one dead event that stands for a body that cannot be split into events.
+UNPROCESSABLE_FIELD = "unprocessable"
 
 # Lists inside a change's value that hold separately deduplicated updates, and the kind each one is stored as.
 _ITEM_LISTS = {"messages": "message", "message_echoes": "message", "statuses": "status"}
@@ -48,6 +65,8 @@ class WebhookEvent:
     wamid: str | None
     update_status: str | None
     payload: dict[str, Any]
+    raw_body: bool = False          # sanitized: the POST's raw bytes are stored with it (webhook_bodies)
+    dead_reason: str | None = None  # stored `dead` at once, with this as last_error: it cannot be processed
 
 
 def sign(secret: str | bytes, body: bytes) -> str:
@@ -67,14 +86,203 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> No
         raise SignatureError(f"{SIGNATURE_HEADER} does not match the body", 403)
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
+def events_of_body(body: bytes) -> list[WebhookEvent]:
+    """The events to store for a signed POST body: split, and sanitized where jsonb could not hold them; or one
+    dead event for JSON that cannot be split. Raises PayloadError when the body is not JSON or not a webhook (400)."""
     try:
-        payload = json.loads(body)
+        payload, numbers_kept_as_text = _parse(body)
+    except RecursionError:
+        if not is_json(_decode(body)):
+            raise PayloadError("body is not valid JSON") from None
+        if not _decode(body).lstrip(" \t\n\r").startswith("{"):
+            raise PayloadError("body must be a JSON object") from None
+        return [unprocessable_event(body, "nested deeper than Python's JSON parser can follow")]
+    try:
+        events = split_payload(payload)
+        if not (numbers_kept_as_text or _may_hold_unstorable_chars(body)):
+            return events
+        return [_sanitized(event) for event in events]
+    except RecursionError:  # parsed, but too deep to digest or sanitize here
+        return [unprocessable_event(body, "nested too deeply to digest or sanitize")]
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """The JSON object in `body`, numbers Python or jsonb cannot hold kept as their text. Raises PayloadError."""
+    return _parse(body)[0]
+
+
+def _parse(body: bytes) -> tuple[dict[str, Any], bool]:
+    """The payload, and whether numbers had to be kept as text."""
+    _numbers_kept.count = 0
+    try:
+        payload = _DECODER.decode(_decode(body))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise PayloadError("body must be a JSON object")
-    return payload
+    return payload, _numbers_kept.count > 0
+
+
+_numbers_kept = threading.local()  # per request thread: how many numbers the current parse kept as text
+
+
+def _as_text(literal: str) -> str:
+    """NaN, ±Infinity, 1e400, a 5,000-digit integer: the JSON text, as a string."""
+    _numbers_kept.count += 1
+    return _NumberText(literal)
+
+
+def _finite_float(literal: str) -> float | str:
+    number = float(literal)
+    return number if math.isfinite(number) else _as_text(literal)
+
+
+def _bounded_int(literal: str) -> int | str:
+    try:
+        return int(literal)
+    except ValueError:  # past sys.get_int_max_str_digits()
+        return _as_text(literal)
+
+
+# Built once: the hooks only run for numbers (ints and floats are rare in Meta's payloads) and NaN/Infinity.
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_as_text)
+
+
+def _decode(body: bytes) -> str:
+    """The text json.loads would read from `body` (UTF-8, -16 or -32; lone surrogates passed through)."""
+    return body.decode(json.detect_encoding(body), "surrogatepass")
+
+
+class _NumberText(str):
+    """A JSON number Python or jsonb cannot hold, kept as its literal text: marks the event as sanitized."""
+    __slots__ = ()
+
+
+# Escapes that may decode to NUL or a lone surrogate; raw UTF-8 surrogates start with 0xED.
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+_UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")  # surrogates in a str are always lone ones
+
+
+def _may_hold_unstorable_chars(body: bytes) -> bool:
+    """False only when `body` surely decodes to no NUL and no lone surrogate; True means: walk and see. A few
+    microseconds per kilobyte (memchr and a literal-prefixed regex): Meta escapes emoji as surrogate pairs, so only
+    bodies with emoji, NUL or surrogates pay for the walk."""
+    return (json.detect_encoding(body) not in ("utf-8", "utf-8-sig") or b"\xed" in body
+            or _SUSPECT_ESCAPE.search(body) is not None)
+
+
+def sanitize(value: Any) -> tuple[Any, bool]:
+    """`value` made storable as jsonb, and whether anything changed: NUL and lone surrogates (in strings and keys)
+    become U+FFFD, non-finite floats their JSON text, numbers kept as text plain strings. Pure; returns `value`
+    itself when nothing changed, so a clean value costs one walk and no copy."""
+    kind = type(value)
+    if kind is str:
+        if _UNSTORABLE_CHAR.search(value):
+            return _UNSTORABLE_CHAR.sub("\ufffd", value), True
+        return value, False
+    if kind is dict:
+        changed = False
+        clean = {}
+        for key, item in value.items():
+            clean_key, key_changed = sanitize(key)
+            clean_item, item_changed = sanitize(item)
+            clean[clean_key] = clean_item
+            changed = changed or key_changed or item_changed
+        return (clean, True) if changed else (value, False)
+    if kind is list:
+        changed = False
+        items = []
+        for item in value:
+            clean_item, item_changed = sanitize(item)
+            items.append(clean_item)
+            changed = changed or item_changed
+        return (items, True) if changed else (value, False)
+    if kind is _NumberText:
+        return sanitize(str(value))[0], True
+    if kind is float and not math.isfinite(value):
+        return ("NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"), True
+    if isinstance(value, str):  # any other str subclass
+        return sanitize(str(value))
+    return value, False
+
+
+def _sanitized(event: WebhookEvent) -> WebhookEvent:
+    payload, changed = sanitize(event.payload)
+    texts = {}
+    for name in ("dedup_key", "field", "account_id", "phone_number_id", "wamid", "update_status"):
+        text, text_changed = sanitize(getattr(event, name))
+        texts[name] = text
+        changed = changed or text_changed
+    if not changed:
+        return event
+    return replace(event, payload=payload, raw_body=True, **texts)
+
+
+def unprocessable_event(body: bytes, reason: str) -> WebhookEvent:
+    """The one event that stands for a signed body that cannot be split or stored as events: dead at once, keyed by
+    the digest of the raw bytes (so a redelivery stores nothing new), the bytes kept (webhook_bodies)."""
+    key = "d:" + hashlib.sha256(body).hexdigest()
+    return WebhookEvent(key, UNPROCESSABLE_FIELD, "change", None, None, None, None,
+                        {"field": UNPROCESSABLE_FIELD, "value": {}}, raw_body=True,
+                        dead_reason=f"cannot be processed: {reason}"[:1000])
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null|NaN|-?Infinity")
+
+
+def is_json(text: str) -> bool:
+    """Whether `text` is one JSON value as Python's json module reads it (NaN and Infinity included), however deep:
+    iterative, for bodies too deeply nested for the recursive parser."""
+    open_containers: list[str] = []
+    pos = _WHITESPACE.match(text, 0).end()
+    try:
+        while True:
+            # a value starts at pos
+            char = text[pos:pos + 1]
+            if char in ("{", "["):
+                pos = _WHITESPACE.match(text, pos + 1).end()
+                if text.startswith("}" if char == "{" else "]", pos):
+                    pos += 1
+                else:
+                    open_containers.append(char)
+                    if char == "{":
+                        pos = _object_key(text, pos)
+                    continue
+            elif char == '"':
+                pos = scanstring(text, pos + 1)[1]
+            else:
+                scalar = _SCALAR.match(text, pos)
+                if scalar is None:
+                    return False
+                pos = scalar.end()
+            # a value ended at pos: close what it closes, then expect the next one
+            while True:
+                pos = _WHITESPACE.match(text, pos).end()
+                if not open_containers:
+                    return pos == len(text)
+                if text.startswith(",", pos):
+                    pos = _WHITESPACE.match(text, pos + 1).end()
+                    if open_containers[-1] == "{":
+                        pos = _object_key(text, pos)
+                    break
+                if text.startswith("}" if open_containers[-1] == "{" else "]", pos):
+                    open_containers.pop()
+                    pos += 1
+                    continue
+                return False
+    except (json.JSONDecodeError, ValueError):
+        return False
+
+
+def _object_key(text: str, pos: int) -> int:
+    """After a key and its colon: where the value starts. ValueError when there is no `"key":` at pos."""
+    if not text.startswith('"', pos):
+        raise ValueError("expected a key")
+    pos = _WHITESPACE.match(text, scanstring(text, pos + 1)[1]).end()
+    if not text.startswith(":", pos):
+        raise ValueError("expected ':'")
+    return _WHITESPACE.match(text, pos + 1).end()
 
 
 def split_payload(payload: dict[str, Any]) -> list[WebhookEvent]:
@@ -97,7 +305,7 @@ def split_payload(payload: dict[str, Any]) -> list[WebhookEvent]:
             if not isinstance(change, dict):
                 raise PayloadError(f"{where} must be an object")
             field = change.get("field")
-            if not isinstance(field, str) or not field:
+            if type(field) is not str or not field:  # not a _NumberText either: NaN is no field name
                 raise PayloadError(f"{where}.field must be a non-empty string")
             value = change.get("value")
             if not isinstance(value, dict):
@@ -138,6 +346,9 @@ def _split_change(where: str, account_id: str | None, field: str, value: dict[st
                     key += f":{participant}"
             else:
                 key = f"m:{wamid}"
+            if len(key) > MAX_NATURAL_KEY_LENGTH:  # not a real wamid: no natural key either
+                events.append(_digest_event(account_id, field, phone_number_id, narrowed))
+                continue
             events.append(WebhookEvent(key, field, kind, account_id, phone_number_id, wamid, update_status,
                                        {"field": field, "value": narrowed}))
     # Whatever else rides along (value.errors: account-level errors) is its own event.
@@ -150,7 +361,8 @@ def _split_change(where: str, account_id: str | None, field: str, value: dict[st
 def _digest_event(account_id: str | None, field: str, phone_number_id: str | None,
                   value: dict[str, Any]) -> WebhookEvent:
     canonical = json.dumps([account_id, field, value], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    key = "d:" + hashlib.sha256(canonical.encode()).hexdigest()
+    # surrogatepass: lone surrogates (sanitized later) digest losslessly; valid text encodes exactly as UTF-8.
+    key = "d:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
     return WebhookEvent(key, field, "change", account_id, phone_number_id, None, None,
                         {"field": field, "value": value})
 

@@ -157,6 +157,11 @@ DROP FUNCTION wa_outbox.message_problem(jsonb), wa_outbox.key_problem(text, json
     wa_outbox.recipient_problem(jsonb), wa_outbox.recipient_digits(text);
 
 -- == Webhook receiver ==============================================================================================
+DROP TRIGGER webhook_events_drop_unreferenced_bodies ON wa_outbox.webhook_events;
+DROP FUNCTION wa_outbox.drop_unreferenced_webhook_bodies();
+DROP INDEX wa_outbox.webhook_events_raw_body;
+ALTER TABLE wa_outbox.webhook_events DROP COLUMN raw_body_sha256;
+DROP TABLE wa_outbox.webhook_bodies;
 
 -- == Inbound events ================================================================================================
 DROP INDEX wa_outbox.webhook_events_status_outbox_id;

@@ -36,6 +36,28 @@ CREATE INDEX webhook_events_status_outbox_id ON wa_outbox.webhook_events
     WHERE kind = 'status' AND status <> 'done';
 
 -- == Webhook receiver ==============================================================================================
+-- The exact bytes of webhook POSTs whose JSON had to be sanitized to fit jsonb (NUL, lone surrogates, numbers beyond
+-- range) or could not be split into events at all: once per body, however many of its events refer to it. Clean
+-- POSTs store none. Written in the same statement as the events that refer to them (no foreign key: its check would
+-- run for every row of the hot INSERT).
+CREATE TABLE wa_outbox.webhook_bodies (
+    sha256       bytea PRIMARY KEY,
+    body         bytea NOT NULL,
+    received_at  timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE wa_outbox.webhook_events ADD COLUMN raw_body_sha256 bytea;  -- NULL (no bytes) for clean events
+CREATE INDEX webhook_events_raw_body ON wa_outbox.webhook_events (raw_body_sha256) WHERE raw_body_sha256 IS NOT NULL;
+-- A body goes with the last event that refers to it (prune, or an operator deleting dead events). Bodies are rare
+-- (poison only), so one anti-join per DELETE statement is cheap; inserts and updates never fire it.
+CREATE FUNCTION wa_outbox.drop_unreferenced_webhook_bodies() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM wa_outbox.webhook_bodies b
+    WHERE NOT EXISTS (SELECT 1 FROM wa_outbox.webhook_events e WHERE e.raw_body_sha256 = b.sha256);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_events_drop_unreferenced_bodies AFTER DELETE ON wa_outbox.webhook_events
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.drop_unreferenced_webhook_bodies();
 
 -- == Message validation ============================================================================================
 -- One owner of the rules for what may be queued: wa_outbox.recipient_problem(), message_problem() and key_problem()

@@ -1,7 +1,8 @@
 """`GET|POST /webhooks/whatsapp`: Meta's verification handshake and the webhook receiver.
 
-The POST does, in order: signature over the raw bytes, parse, split into events, one INSERT … ON CONFLICT DO
-NOTHING, answer 200. Nothing else runs before the answer; the workers process the stored events later.
+The POST does, in order: signature over the raw bytes, parse, split into events (sanitized where jsonb could not hold
+them, or one dead event for JSON that cannot be split), one INSERT … ON CONFLICT DO NOTHING, answer 200. Nothing else
+runs before the answer; the workers process the stored events later.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import metrics
-from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, parse_body, split_payload, verify_signature
+from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, events_of_body, verify_signature
 from .errors import json_error
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def receive():
     body = request.get_data(cache=False)  # raw bytes; 413 past MAX_CONTENT_LENGTH
     try:
         verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
-        events = split_payload(parse_body(body))
+        events = events_of_body(body)
     except SignatureError as exc:
         metrics.webhook_rejected.labels(reason="signature").inc()
         log.warning("webhook rejected: %s", exc)
@@ -46,7 +47,7 @@ def receive():
         metrics.webhook_rejected.labels(reason="payload").inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(400, str(exc))
-    new = current_app.extensions["wa_outbox.webhook_store"].store(events, g.correlation_id)
+    new = current_app.extensions["wa_outbox.webhook_store"].store(events, g.correlation_id, body)
     if new:
         metrics.webhook_events.labels(result="new").inc(new)
     if len(events) - new:
