@@ -72,7 +72,7 @@ def clean_tables(request):
     with psycopg.connect(url, autocommit=False) as conn:
         conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
         conn.execute("TRUNCATE wa_outbox.notification_events, wa_outbox.notifications, wa_outbox.webhook_events, "
-                     "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings "
+                     "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, wa_outbox.webhook_bodies "
                      "RESTART IDENTITY")
     yield
 

@@ -394,7 +394,6 @@ def test_fuzz_every_signed_json_post_is_answered_and_stored_and_a_repost_stores_
     assert kept[0] > 0 and kept[1] > 0  # sanitized and dead events were among them
 
 
-@pytest.mark.xfail(reason="needs the inbound hardening branch", strict=False)
 def test_fuzz_every_stored_event_ends_done_or_dead_in_the_inbound_processor(client, db, settings, database_url):
     from wa_outbox.db import create_engine
     from wa_outbox.worker._inbound import InboundProcessor
