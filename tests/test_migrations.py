@@ -8,7 +8,8 @@ import pytest
 from tests.conftest import _with_dbname, create_scratch_database, drop_database
 from wa_outbox import migrate
 
-TABLES = {"settings", "notifications", "notification_events", "webhook_events", "contacts", "rate_limits", "workers"}
+TABLES = {"settings", "notifications", "notification_events", "webhook_events", "contacts", "rate_limits", "workers",
+          "campaigns"}
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from wa_outbox.states import MessageStatus, TimelineEvent, WebhookEventKind, WebhookEventStatus
+from wa_outbox.states import CampaignStatus, MessageStatus, TimelineEvent, WebhookEventKind, WebhookEventStatus
 
 
 def _check_words(db, table: str, column: str) -> set[str]:
@@ -26,6 +26,7 @@ def _check_words(db, table: str, column: str) -> set[str]:
     ("notification_events", "event", TimelineEvent),
     ("webhook_events", "status", WebhookEventStatus),
     ("webhook_events", "kind", WebhookEventKind),
+    ("campaigns", "status", CampaignStatus),
 ])
 def test_python_and_the_schema_know_the_same_words(db, table, column, words):
     assert _check_words(db, table, column) == {w.value for w in words}

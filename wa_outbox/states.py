@@ -59,6 +59,13 @@ class WebhookEventKind(enum.StrEnum):
     CHANGE = "change"
 
 
+class CampaignStatus(enum.StrEnum):
+    """`campaigns.status`: whether an operator lets the campaign's messages go."""
+    ACTIVE = "active"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+
+
 def sql_list(words: type[enum.StrEnum]) -> str:
     """The enum as an SQL list literal, e.g. for a CHECK constraint: ('queued', 'sending', …)."""
     return "(" + ", ".join(f"'{w.value}'" for w in words) + ")"
