@@ -109,6 +109,8 @@ class Simulator:
             return Reply(200, b'{"success":true}', delay_s=decision.delay_s, drop=dropped)
 
         failed_code = rule.params["code"] if rule is not None and rule.mode == "failed_status" else None
+        if failed_code is None:  # media Meta cannot fetch: accepted now, `failed` once the download fails
+            failed_code = parsed.failure_code
         received_at = time.time()
         with self._lock:
             limited = self._limits.admit(time.monotonic(), phone_number_id, parsed.wa_id, config.mps,

@@ -52,6 +52,7 @@ CATALOGUE: dict[int, tuple[str, str]] = {
              "WhatsApp from your business.",
              "The recipient has stopped marketing messages from your business."),
     131051: ("Unsupported message type", "Unsupported message type."),
+    131053: ("Media upload error", "Unable to upload the media used in the message."),
     131056: ("(Business Account, Consumer Account) pair rate limit hit",
              "Too many messages sent from the sender phone number to the same recipient phone number in a short "
              "period of time."),

@@ -5,16 +5,22 @@ openapi/extract.py). Instead of the schema's eleven-way `oneOf`, which makes jso
 any of the given schemas", the body is dispatched on `type` as the spec's discriminator says and checked against that
 one branch: faster, and the error names the field that is wrong, as Meta's `error_data.details` does.
 
+Two rules of Meta's message reference are not JSON Schema: at most 10 rows in a list message across all its
+sections (a refusal, #100), and media Meta cannot fetch (a link to a host no server outside the sender's network
+reaches: Meta accepts the send, then reports it `failed` with 131053, as it downloads media after answering).
+
 Schema validation can be switched off to measure the transport alone; the few checks the simulator itself needs
 (a JSON object, a `to` with digits, a known `type`) always run.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
@@ -27,6 +33,10 @@ _TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a numbe
 _BOUNDS = {"maxLength": "must be at most {} characters long", "minLength": "must be at least {} characters long",
            "maxItems": "must have at most {} items", "minItems": "must have at least {} items",
            "maximum": "must be at most {}", "minimum": "must be at least {}"}
+MAX_LIST_ROWS = 10  # "You can have a total of 10 rows across your sections" (interactive list messages)
+MEDIA_DOWNLOAD_FAILED = 131053  # Meta's "Media upload error": the media could not be downloaded
+# Names no public resolver answers (RFC 2606, RFC 6761, RFC 6762): Meta's servers cannot fetch from them.
+_UNREACHABLE_SUFFIXES = (".invalid", ".test", ".localhost", ".local", ".internal")
 
 
 class InvalidRequest(ValueError):
@@ -40,6 +50,7 @@ class ParsedRequest:
     to: str | None
     wa_id: str | None
     biz_opaque_callback_data: str | None
+    failure_code: int | None = None  # accepted, but it will end `failed` with this code (never delivered)
 
 
 class RequestChecker:
@@ -76,6 +87,7 @@ class RequestChecker:
             raise InvalidRequest(f"Param type must be one of {{{', '.join(self.message_types)}}}.")
         if validate:
             _check(self._by_type[message_type], body)
+            _check_list_rows(body)
         to = body.get("to")
         if not isinstance(to, str) or not to:
             raise InvalidRequest("The parameter to is required." if to is None else "Param to must be a string.")
@@ -85,7 +97,50 @@ class RequestChecker:
         elif not 1 <= len(wa_id) <= 15:
             raise InvalidRequest(f"Param to must be a phone number in E.164 format, got {to!r}.")
         callback = body.get("biz_opaque_callback_data")
-        return ParsedRequest("message", message_type, to, wa_id, callback if isinstance(callback, str) else None)
+        failure = MEDIA_DOWNLOAD_FAILED if validate and any(map(unreachable_link, _media_links(body))) else None
+        return ParsedRequest("message", message_type, to, wa_id, callback if isinstance(callback, str) else None,
+                             failure)
+
+
+def _check_list_rows(body: dict) -> None:
+    interactive = body.get("interactive")
+    if not isinstance(interactive, dict) or interactive.get("type") != "list":
+        return
+    sections = (interactive.get("action") or {}).get("sections") or []
+    rows = sum(len(s.get("rows") or []) for s in sections if isinstance(s, dict))
+    if rows > MAX_LIST_ROWS:
+        raise InvalidRequest(f"Param interactive['action']['sections'] must have at most {MAX_LIST_ROWS} rows in "
+                             f"total across sections, got {rows}.")
+
+
+def _media_links(node: object):
+    """Every media `link` in a body (message media, interactive and carousel headers, template parameters)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "link" and isinstance(value, str):
+                yield value
+            else:
+                yield from _media_links(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _media_links(value)
+
+
+def unreachable_link(link: str) -> bool:
+    """A URL whose host Meta's servers cannot reach: a reserved name or a loopback, private or link-local address."""
+    try:
+        host = (urlsplit(link).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    if not host or host.startswith("<"):
+        return False
+    if host == "localhost" or host.endswith(_UNREACHABLE_SUFFIXES):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return not address.is_global
 
 
 def _check(validator: Draft202012Validator, body: dict) -> None:
@@ -108,6 +163,8 @@ def _details(error: ValidationError) -> str:
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         return f"Unknown parameter(s): {', '.join(_param([*error.absolute_path, n]) for n in unknown)}."
+    if error.validator == "pattern" and "x-details" in error.schema:
+        return f"Param {path} {error.schema['x-details']}"
     if error.validator in _BOUNDS:
         return f"Param {path} {_BOUNDS[error.validator].format(error.validator_value)}."
     if error.validator in ("oneOf", "anyOf"):
