@@ -180,6 +180,7 @@ class Settings:
     unknown_policy: str = "resend"         # then: resend (if webhooks are arriving) or dead
     inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
     dry_run: bool = False                  # accept every send without calling Meta (staging, benchmarks)
+    validate: str = "off"                  # "meta": refuse at enqueue what Meta's schema refuses (meta_schema.py)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -222,6 +223,7 @@ class Settings:
             inbound_handlers=_parse(env, "WA_OUTBOX_INBOUND_HANDLERS", (), _handlers,
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
+            validate=_validate_mode(env),
         )
 
     def retry_policy(self) -> "RetryPolicy":
@@ -246,6 +248,12 @@ class Settings:
                               f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "
                               f"({self.connect_timeout + self.send_timeout + 5:g}), or live sends would be rescued")
         return self
+
+
+def _validate_mode(env: Mapping[str, str]) -> str:
+    """WA_OUTBOX_VALIDATE, checked at start-up (`meta` needs jsonschema): enqueue reads the same variable."""
+    from .meta_schema import mode
+    return mode(env)
 
 
 def _policy(raw: str) -> str:

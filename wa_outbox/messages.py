@@ -174,9 +174,15 @@ class Checked:
 
 def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
                   phone_number_id: Any = None, key_name: str = "idempotency_key") -> Checked:
-    """Every rule, in the order the SQL functions apply them; InvalidMessage names the first that fails."""
+    """Every rule, in the order the SQL functions apply them; InvalidMessage names the first that fails. With
+    WA_OUTBOX_VALIDATE=meta, then the rules of Meta's schema (wa_outbox/meta_schema.py)."""
     recipient = normalize_recipient(to)
     validate_message(message)
+    from . import meta_schema  # the one impure step: the opt-in reads the environment
+    if meta_schema.mode() == "meta":
+        problem = meta_schema.meta_problem(recipient, message)
+        if problem:
+            raise InvalidMessage(problem)
     return Checked(recipient=recipient, idempotency_key=validate_key(key_name, idempotency_key),
                    correlation_id=validate_key("correlation_id", correlation_id),
                    phone_number_id=validate_phone_number_id(phone_number_id))
