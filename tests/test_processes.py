@@ -33,14 +33,15 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 20) -> None:
+def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
+    """Until `url` answers 200 (a loaded machine may take a while to boot gunicorn's workers)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[0]
         try:
-            if requests.get(url, timeout=1).ok:
+            if requests.get(url, timeout=5).ok:
                 return
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             time.sleep(0.1)
     raise AssertionError(f"{url} did not come up")
 
