@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.orm import Session
 
-from wa_outbox import InvalidMessage, enqueue, enqueue_many
+from wa_outbox import Connectable, InvalidMessage, enqueue, enqueue_many
 from wa_outbox.config import Settings
 from wa_outbox.web import create_app
 
@@ -27,6 +27,10 @@ def with_sqlalchemy(engine: sa.Engine) -> None:
         assert_type(enqueue_many(conn, [{"to": "+5511987654321", "message": TEXT}]), list[int])
     with Session(engine) as session, session.begin():
         assert_type(enqueue(session, to="+5511987654321", message=TEXT, phone_number_id="100000000000001"), int)
+
+
+def through(conn: Connectable) -> list[int]:
+    return enqueue_many(conn, [{"to": "+5511987654321", "message": TEXT, "idempotency_key": "k"}])
 
 
 def with_psycopg(url: str) -> None:
