@@ -205,7 +205,7 @@ def test_the_installed_dev_command_runs_the_whole_stack(installed, scratch_url, 
 def _answers(url: str) -> bool:
     try:
         return requests.get(url, timeout=5).status_code == 200
-    except requests.ConnectionError:
+    except (requests.ConnectionError, requests.Timeout):  # not listening yet, or slow to answer under load
         return False
 
 
