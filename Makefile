@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: run test install bench-webhooks bench-outbox clean
 
-$(BIN)/.installed: setup.cfg pyproject.toml
+$(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
@@ -28,4 +28,4 @@ bench-outbox: install
 	$(BIN)/python bench/outbox.py
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info build dist

@@ -4,7 +4,7 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 """
-from migrations.sqlfile import run_sql_file
+from wa_outbox.migrate import run_sql_file
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}

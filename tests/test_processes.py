@@ -41,7 +41,7 @@ def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None
         try:
             if requests.get(url, timeout=5).ok:
                 return
-        except (requests.ConnectionError, requests.Timeout):
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or slow to answer under load
             time.sleep(0.1)
     raise AssertionError(f"{url} did not come up")
 

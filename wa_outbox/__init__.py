@@ -7,8 +7,8 @@
                 idempotency_key=f"order-{order_id}-received")
 """
 
-from .enqueue import enqueue, enqueue_many
+from .enqueue import Connectable, DBAPIConnection, enqueue, enqueue_many
 from .messages import InvalidMessage
 
 __version__ = "0.1.0"
-__all__ = ["enqueue", "enqueue_many", "InvalidMessage"]
+__all__ = ["enqueue", "enqueue_many", "InvalidMessage", "Connectable", "DBAPIConnection"]

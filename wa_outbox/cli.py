@@ -519,8 +519,8 @@ def prune(days: int) -> None:
 
 
 def _gunicorn_command() -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", "wsgi:app",
-            "--chdir", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    # The app by its module path, not the checkout's wsgi.py: the same from a wheel as from a checkout.
+    return [sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", "wa_outbox.web.wsgi:app"]
 
 
 def _run_children(commands: dict[str, list[str]]) -> int:

@@ -8,16 +8,31 @@ the caller's transaction leaves no trace, and its commit makes the message durab
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from .messages import InvalidMessage, check_request
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+
+class DBAPIConnection(Protocol):
+    """A DB-API 2.0 connection (psycopg 3, psycopg2): all enqueue() asks of one is a cursor."""
+
+    def cursor(self) -> Any: ...
+
+
+# What enqueue() and enqueue_many() write through: the caller's own transaction.
+Connectable: TypeAlias = "Connection | Session | DBAPIConnection"
 
 _SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s)"
 _SQL_SQLALCHEMY = ("SELECT wa_outbox.enqueue(:to_, CAST(:message AS jsonb), :idempotency_key, :correlation_id, "
                    ":phone_number_id)")
 
 
-def enqueue(conn: Any, *, to: str, message: dict[str, Any], idempotency_key: str | None = None,
+def enqueue(conn: Connectable, *, to: str, message: dict[str, Any], idempotency_key: str | None = None,
             correlation_id: str | None = None, phone_number_id: str | None = None) -> int:
     """Queue `message` (any Cloud API message body) for `to` (E.164); return the outbox id.
 
@@ -44,7 +59,7 @@ def enqueue(conn: Any, *, to: str, message: dict[str, Any], idempotency_key: str
         cursor.close()
 
 
-def enqueue_many(conn: Any, items: list[dict[str, Any]]) -> list[int]:
+def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[int]:
     """Queue many messages in one statement (campaigns, imports); return their ids in input order.
 
     Each item: {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}. All or nothing:
@@ -52,7 +67,7 @@ def enqueue_many(conn: Any, items: list[dict[str, Any]]) -> list[int]:
     checked = []
     for index, item in enumerate(items):
         try:
-            if not isinstance(item, dict):
+            if not isinstance(item, Mapping):
                 raise InvalidMessage("must be an object")
             one = check_request(to=item.get("to"), message=item.get("message"),
                                 idempotency_key=item.get("idempotency_key"),

@@ -1,22 +1,43 @@
-"""Run the alembic migrations programmatically (`wa-outbox db upgrade|downgrade|current`)."""
+"""Run the alembic migrations programmatically (`wa-outbox db upgrade|downgrade|current`).
+
+The migrations live in the repository's top-level `migrations/` directory and ship inside the package as
+`wa_outbox._migrations` (setup.py maps one onto the other), so an installed wheel migrates without a checkout.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
+from alembic import command, context, op
 from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+def _migrations_dir() -> Path:
+    try:
+        from . import _migrations  # installed (wheel or editable): migrations/ as a subpackage
+    except ImportError:  # a checkout used without installing it (PYTHONPATH=.)
+        return Path(__file__).resolve().parent.parent / "migrations"
+    return Path(_migrations.__file__).resolve().parent
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 
 def alembic_config(database_url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("prepend_sys_path", str(MIGRATIONS_DIR.parent))
     cfg.set_main_option("path_separator", "os")
     cfg.attributes["database_url"] = database_url
     return cfg
+
+
+def run_sql_file(name: str) -> None:
+    """Run `<migrations>/sql/<name>` inside the running migration's transaction (every revision's upgrade and
+    downgrade is one SQL file). The directory is the one alembic is running from — the package's or, with the
+    checkout's alembic.ini, the repository's — so a revision script imports this the same way everywhere."""
+    sql = (Path(context.script.dir) / "sql" / name).read_text()
+    # Straight to psycopg, without parameters: it sends the file as one batch (many statements, `%` left alone).
+    op.get_bind().connection.driver_connection.execute(sql)
 
 
 def revisions() -> list[str]:

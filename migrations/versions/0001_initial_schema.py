@@ -3,7 +3,7 @@
 Revision ID: 0001_initial_schema
 Revises:
 """
-from migrations.sqlfile import run_sql_file
+from wa_outbox.migrate import run_sql_file
 
 revision = "0001_initial_schema"
 down_revision = None

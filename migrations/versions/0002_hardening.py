@@ -4,7 +4,7 @@ bodies Postgres cannot hold as jsonb, one message validation for every entry poi
 Revision ID: 0002_hardening
 Revises: 0001_initial_schema
 """
-from migrations.sqlfile import run_sql_file
+from wa_outbox.migrate import run_sql_file
 
 revision = "0002_hardening"
 down_revision = "0001_initial_schema"

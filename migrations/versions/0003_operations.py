@@ -4,7 +4,7 @@ page.
 Revision ID: 0003_operations
 Revises: 0002_hardening
 """
-from migrations.sqlfile import run_sql_file
+from wa_outbox.migrate import run_sql_file
 
 revision = "0003_operations"
 down_revision = "0002_hardening"

@@ -1,6 +1,13 @@
-"""Build the app from the environment, for gunicorn."""
+"""The WSGI app for gunicorn: `gunicorn --config python:wa_outbox.gunicorn_conf wa_outbox.web.wsgi:app`.
+
+`app` is built from the environment on first access, not on import, so importing this module (or `build_app`)
+reads no configuration and opens no pool.
+"""
+
+from __future__ import annotations
 
 import sys
+from typing import Any
 
 from flask import Flask
 
@@ -17,3 +24,12 @@ def build_app() -> Flask:
         raise SystemExit(2) from None
     logs.configure(settings.log_level)
     return create_app(settings)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: `wa_outbox.web.wsgi:app` builds the app once, when gunicorn looks it up.
+    if name == "app":
+        app = build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
