@@ -96,6 +96,24 @@ def test_the_cookie_is_secure_over_https(client):
     assert "Secure" in behind_proxy.headers["Set-Cookie"]
 
 
+def test_no_token_reaches_the_logs(client, caplog):
+    caplog.set_level("DEBUG")
+    _login(client, token="wrong-token-abcdefghijkl")
+    _login(client)
+    assert "ops login refused" in caplog.text and "ops login" in caplog.text
+    assert API_TOKEN not in caplog.text and "wrong-token-abcdefghijkl" not in caplog.text
+
+
+def test_everything_the_page_loads_is_served_by_the_page(logged_in):
+    html = logged_in.get("/ops").get_data(as_text=True)
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert assets and all(a.startswith("/ops") for a in assets), assets
+    for asset in (a for a in assets if "/static/" in a):
+        response = logged_in.get(asset)
+        assert response.status_code == 200 and response.content_length > 0
+        response.close()
+
+
 def test_other_paths_never_get_the_session_cookie(logged_in):
     assert "Set-Cookie" not in logged_in.get("/healthz").headers
 
