@@ -84,3 +84,10 @@ def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: fl
                   resume: bool) -> dict[str, Any]:
     return db.fetch(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
                                               "burst": burst or max(1.0, mps), "resume": resume})[0]
+
+
+def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any] | None:
+    """Lift a sender's pause now and bring the messages it held back to the front of the queue (resume_sender.sql).
+    Returns {phone_number_id, was_paused_until, moved}, or None when the sender has no rate-limit row."""
+    rows = db.fetch(engine, "resume_sender", {"phone_number_id": phone_number_id})
+    return rows[0] if rows else None

@@ -1,6 +1,8 @@
 -- Undo version 3, in reverse order of its sections.
 
 -- == Ops page ======================================================================================================
+DROP INDEX wa_outbox.notifications_dead_code;
+DROP INDEX wa_outbox.notification_events_created_at;
 
 -- == Metrics from the workers ======================================================================================
 

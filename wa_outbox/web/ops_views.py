@@ -1,0 +1,327 @@
+"""/ops: the page an operator keeps open. Server-rendered HTML (templates/ops/), a little JavaScript (static/ops/),
+for anyone holding one of WA_OUTBOX_API_TOKENS.
+
+GET  /ops/login, POST /ops/login      a token → a signed session cookie (HttpOnly, SameSite=Strict, path /ops,
+                                      Secure over HTTPS); POST /ops/logout ends it
+GET  /ops                             queues, throughput, workers, senders, dead letters, campaigns
+GET  /ops?q=…                         search: message id, phone number, correlation id, wamid
+GET  /ops/messages/<id>               one message and its whole timeline
+POST /ops/messages/<id>/retry|purge   one dead message
+POST /ops/dead/retry|purge            a dead-letter group (code, up to the newest id shown)
+POST /ops/senders/resume              lift a sender's pause
+
+Every POST but the login needs the session, and every POST (the login too) the CSRF token of the session in its form.
+The session is Flask's signed cookie; its key is derived from the API tokens and the app secret (session_key), so
+changing either ends every session.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from typing import Any
+
+from flask import (Blueprint, Flask, abort, current_app, flash, get_flashed_messages, redirect, render_template,
+                   request, session, url_for)
+from flask.sessions import SecureCookieSessionInterface
+
+from .. import ops, outbox
+from ..config import Settings
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("ops", __name__, url_prefix="/ops", template_folder="templates",
+                      static_folder="static/ops", static_url_path="/static")
+
+COOKIE_NAME = "wa_outbox_ops"
+SESSION_LIFETIME = datetime.timedelta(hours=12)  # the signature's own timestamp enforces it, whatever the browser does
+CSRF_FIELD = "csrf_token"
+_OPEN_ENDPOINTS = {"ops.login", "ops.login_submit", "ops.static"}
+_SECURITY_HEADERS = {
+    # No inline script or style anywhere on these pages (the charts are SVG attributes), nothing from elsewhere.
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # search URLs carry phone numbers
+    "Cache-Control": "no-store",
+}
+
+
+def session_key(settings: Settings) -> bytes:
+    """The session cookie's signing key: HMAC-SHA256 of the API tokens under the app secret. Nothing to configure,
+    and rotating any API token (or the app secret) changes it, which ends every /ops session at once."""
+    material = "\x00".join(sorted(settings.api_tokens)).encode()
+    return hmac.new((settings.app_secret or "").encode(), b"wa-outbox /ops session\x00" + material,
+                    hashlib.sha256).digest()
+
+
+def token_matches(given: str, tokens: tuple[str, ...]) -> bool:
+    """Compare against every token, always, in constant time, so timing says nothing about which one nearly
+    matched."""
+    matches = [hmac.compare_digest(given.encode(), token.encode()) for token in tokens]
+    return any(matches)
+
+
+class OpsSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie session, for /ops only: other paths (the webhook, /v1) never parse or set it."""
+
+    def open_session(self, app, request):
+        if not _is_ops_path(request.path):
+            return None  # Flask then uses a null session
+        return super().open_session(app, request)
+
+    def get_cookie_secure(self, app) -> bool:
+        # Secure whenever the browser talks HTTPS, also behind a proxy that terminates TLS (Heroku's router sets
+        # X-Forwarded-Proto). Asking for Secure can only make the cookie stricter.
+        forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+        return request.is_secure or forwarded == "https"
+
+
+def _is_ops_path(path: str) -> bool:
+    return path == "/ops" or path.startswith("/ops/")
+
+
+def install(app: Flask) -> None:
+    """Register /ops on the app and its session cookie."""
+    from . import settings_of
+    app.secret_key = session_key(settings_of(app))
+    app.session_interface = OpsSessionInterface()
+    app.config.update(SESSION_COOKIE_NAME=COOKIE_NAME, SESSION_COOKIE_PATH="/ops", SESSION_COOKIE_HTTPONLY=True,
+                      SESSION_COOKIE_SAMESITE="Strict", PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME)
+    app.register_blueprint(blueprint)
+
+
+def _engine():
+    from . import engine_of
+    return engine_of(current_app)
+
+
+def _csrf_token() -> str:
+    if CSRF_FIELD not in session:
+        session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    return session[CSRF_FIELD]
+
+
+def _page(template: str, status: int = 200, **context):
+    return render_template(f"ops/{template}", csrf_token=_csrf_token(), **context), status
+
+
+def _refused(status: int, message: str):
+    return _page("error.html", status, message=message, logged_in=bool(session.get("logged_in")))
+
+
+@blueprint.before_request
+def _require_session_and_csrf():
+    if request.endpoint == "ops.static":
+        return None
+    if request.method == "POST":
+        given = request.form.get(CSRF_FIELD, "")
+        expected = session.get(CSRF_FIELD, "")
+        if not (given and expected and hmac.compare_digest(given.encode(), expected.encode())):
+            if request.endpoint not in _OPEN_ENDPOINTS and not session.get("logged_in"):
+                return _refused(401, "Not logged in (or the session expired): log in again.")
+            return _refused(403, "This form is stale or did not come from this page (CSRF check failed): "
+                                 "reload the page and try again.")
+    if request.endpoint in _OPEN_ENDPOINTS or session.get("logged_in"):
+        return None
+    if request.method == "GET" and request.endpoint is not None:
+        return redirect(url_for("ops.login", next=request.full_path.rstrip("?")))
+    return _refused(401, "Not logged in (or the session expired): log in again.")
+
+
+@blueprint.after_request
+def _security_headers(response):
+    for name, value in _SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def _next_location(default: str = "/ops") -> str:
+    """Where to go after a login or an action: a path on this page only, never another site."""
+    target = request.values.get("next", "")
+    if _is_ops_path(target.split("?")[0]) and not target.startswith("//") and "\\" not in target:
+        return target
+    return default
+
+
+# --- login ------------------------------------------------------------------------------------------------------
+
+@blueprint.get("/login")
+def login():
+    return _page("login.html", next=_next_location())
+
+
+@blueprint.post("/login")
+def login_submit():
+    from . import settings_of
+    token = request.form.get("token", "")
+    if not token or not token_matches(token, settings_of(current_app).api_tokens):
+        log.warning("ops login refused", extra={"remote_addr": request.remote_addr})  # never the token
+        return _page("login.html", 401, next=_next_location(), error="That is not one of WA_OUTBOX_API_TOKENS.")
+    session.clear()  # a fresh session (and CSRF token) at every login: nothing planted before it survives
+    session["logged_in"] = True
+    session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    log.info("ops login", extra={"remote_addr": request.remote_addr})
+    return redirect(_next_location())
+
+
+@blueprint.post("/logout")
+def logout():
+    session.clear()
+    return redirect(url_for("ops.login"))
+
+
+# --- pages ------------------------------------------------------------------------------------------------------
+
+@blueprint.get("")
+def index():
+    q = request.args.get("q")
+    if q is not None and q.strip():
+        return _search(q)
+    engine = _engine()
+    depth = ops.queue_depth(engine)
+    minutes = ops.throughput(engine)
+    waiting = sum(r["rows"] for r in depth if r["queue"] == "notifications" and
+                  r["status"] in ("queued", "sending", "unknown"))
+    oldest = next((r["oldest_age_seconds"] for r in depth
+                   if r["queue"] == "notifications" and r["status"] == "queued"), None)
+    labels = [m["minute"].strftime("%H:%M") for m in minutes]
+    charts = [
+        {"name": "waiting (estimated)", "kind": "line", "values": ops.depth_series(waiting, minutes)},
+        {"name": "sent / min", "kind": "bars", "values": [m["sent"] for m in minutes]},
+        {"name": "failed / min", "kind": "bars", "values": [m["failed"] for m in minutes]},
+        {"name": "dead / min", "kind": "bars", "values": [m["dead"] for m in minutes]},
+    ]
+    for chart in charts:
+        chart["total"] = sum(chart["values"]) if chart["kind"] == "bars" else chart["values"][-1]
+        chart["max"] = max(chart["values"], default=0)
+        chart["bars"] = ops.bars(chart["values"], labels) if chart["kind"] == "bars" else []
+        chart["points"] = ops.line_points(chart["values"]) if chart["kind"] == "line" else ""
+    return _page("index.html", depth=depth, waiting=waiting, oldest_age=oldest, charts=charts,
+                 first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
+                 workers=ops.workers(engine), senders=ops.senders(engine), dead_groups=ops.dead_groups(engine),
+                 campaigns=ops.campaigns(engine))
+
+
+def _search(q: str):
+    try:
+        terms = ops.search_terms(q)
+    except ValueError as exc:
+        return _page("search.html", 400, q=q[:ops.MAX_QUERY_CHARS], results=[], error=str(exc))
+    results = ops.search(_engine(), terms)
+    if len(results) == 1:
+        return redirect(url_for("ops.message", notification_id=results[0]["id"], q=terms.term))
+    return _page("search.html", q=terms.term, results=results, error=None)
+
+
+@blueprint.get("/messages/<int:notification_id>")
+def message(notification_id: int):
+    found = outbox.get(_engine(), notification_id) if notification_id <= ops.MAX_ID else None
+    if found is None:
+        return _page("search.html", 404, q=request.args.get("q", str(notification_id)), results=[],
+                     error=f"No message {notification_id}.")
+    return _page("message.html", m=found, q=request.args.get("q", ""))
+
+
+# --- actions ------------------------------------------------------------------------------------------------------
+
+@blueprint.post("/messages/<int:notification_id>/retry")
+def retry_message(notification_id: int):
+    if notification_id <= ops.MAX_ID and outbox.requeue(_engine(), ids=[notification_id], actor="ops"):
+        flash(f"Message {notification_id} requeued.")
+    else:
+        flash(f"Message {notification_id} was not requeued: only dead or failed messages are.", "error")
+    return redirect(_next_location(url_for("ops.message", notification_id=notification_id)))
+
+
+@blueprint.post("/messages/<int:notification_id>/purge")
+def purge_message(notification_id: int):
+    if notification_id <= ops.MAX_ID and outbox.purge_dead(_engine(), ids=[notification_id]):
+        flash(f"Message {notification_id} and its timeline deleted.")
+        return redirect(_next_location())
+    flash(f"Message {notification_id} was not deleted: only dead messages are purged.", "error")
+    return redirect(_next_location(url_for("ops.message", notification_id=notification_id)))
+
+
+def _group_form() -> tuple[str, int]:
+    code = request.form.get("code", "")
+    try:
+        up_to_id = int(request.form.get("up_to_id", ""))
+    except ValueError:
+        abort(400, "up_to_id must be a message id")
+    if len(code) > 100 or "\x00" in code or not 0 < up_to_id <= ops.MAX_ID:
+        abort(400, "code must be a short text and up_to_id a message id")
+    return code, up_to_id
+
+
+@blueprint.post("/dead/retry")
+def retry_group():
+    code, up_to_id = _group_form()
+    count = ops.retry_dead_group(_engine(), code=code, up_to_id=up_to_id, actor="ops")
+    flash(f"{count} dead message(s) with code {code or '(none)'} requeued.")
+    return redirect(_next_location())
+
+
+@blueprint.post("/dead/purge")
+def purge_group():
+    code, up_to_id = _group_form()
+    count = ops.purge_dead_group(_engine(), code=code, up_to_id=up_to_id)
+    flash(f"{count} dead message(s) with code {code or '(none)'} deleted with their timelines.")
+    return redirect(_next_location())
+
+
+@blueprint.post("/senders/resume")
+def resume_sender():
+    phone_number_id = request.form.get("phone_number_id", "")
+    if not phone_number_id.isascii() or not phone_number_id.isdigit() or len(phone_number_id) > 64:
+        abort(400, "phone_number_id must be digits")
+    resumed = outbox.resume_sender(_engine(), phone_number_id)
+    if resumed is None:
+        flash(f"No sender {phone_number_id}.", "error")
+    else:
+        flash(f"Sender {phone_number_id} resumed; {resumed['moved']} message(s) it held back are due now.")
+    return redirect(_next_location())
+
+
+# --- template helpers ---------------------------------------------------------------------------------------------
+
+@blueprint.app_template_filter("ops_age")
+def _age(seconds: Any) -> str:
+    """Seconds as a short readable duration: 42 s, 3 m 05 s, 2 h 10 m, 3 d 4 h."""
+    if seconds is None:
+        return "–"
+    s = int(float(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} m {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} m"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+@blueprint.app_template_filter("ops_time")
+def _time(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        try:
+            value = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+@blueprint.app_template_filter("ops_json")
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@blueprint.context_processor
+def _flashes():
+    return {"flashes": get_flashed_messages(with_categories=True)}
