@@ -5,6 +5,10 @@
 -- == Metrics from the workers ======================================================================================
 
 -- == Campaigns: steering ===========================================================================================
+DROP TRIGGER notifications_park_paused_campaign ON wa_outbox.notifications;
+DROP FUNCTION wa_outbox.park_paused_campaign_message();
+DROP FUNCTION wa_outbox.steer_campaign(text, text, text, text);
+DROP FUNCTION wa_outbox.enqueue_campaign(text, text, jsonb);
 
 -- == Per recipient: pacing, order, the service window ============================================================
 
