@@ -279,3 +279,23 @@ def test_a_spam_limit_answer_pauses_the_campaign_and_alerts(db, sender, sim, set
     assert waiting == parked and waiting >= 20
     alerts = [r for r in caplog.records if getattr(r, "alert", None) == "campaign_paused"]
     assert len(alerts) == 1 and alerts[0].campaign == "spring"
+
+
+def test_a_dead_campaign_message_retried_while_paused_stays_parked(db, sender, engine, run):
+    import_rows(engine, "spring", 2)
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id = 1")
+    campaigns.pause(engine, "spring", actor="test")
+    assert run("dlq", "retry", "1").exit_code == 0
+    assert claim(engine) == []
+    campaigns.resume(engine, "spring", actor="test")
+    assert sorted(r["id"] for r in claim(engine)) == [1, 2]
+
+
+def test_an_import_naming_another_sender_is_refused(run, db, sender, tmp_path):
+    path = write_csv(tmp_path, "to,body.1\n+5511987654321,Ana\n")
+    assert run("campaign", "import", path, "--name", "spring", "--template", "p", "--lang", "en").exit_code == 0
+    other = write_csv(tmp_path, "to,body.1\n+5511987654322,Bruno\n", name="other.csv")
+    r = run("campaign", "import", other, "--name", "spring", "--template", "p", "--lang", "en",
+            "--phone-number-id", "200000000000002")
+    assert r.exit_code == 1 and "campaign spring sends from 100000000000001, not 200000000000002" in r.stderr
+    assert count(db) == 1
