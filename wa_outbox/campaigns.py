@@ -264,14 +264,16 @@ class Imported:
 
 
 def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: list[dict[str, Any]],
-                 chunk_rows: int = CHUNK_ROWS, writers: int = WRITERS,
+                 default_sender: str | None = None, chunk_rows: int = CHUNK_ROWS, writers: int = WRITERS,
                  progress: Callable[[int], None] | None = None) -> Imported:
     """Write validated items in chunks, one statement (and transaction) each; the first creates or finds the campaign,
     then up to `writers` chunks are written at once (Postgres inserts on one core while this process serializes the
     next chunk on another). `engine` must be an autocommit engine with a pool of at least `writers` connections.
-    Raises CampaignConflict for a cancelled campaign, CampaignError for another sender."""
+    A new campaign sends from `phone_number_id`, else `default_sender`, else the sender `db upgrade` recorded; an
+    existing one from its own. Raises CampaignConflict for a cancelled campaign, CampaignError for another sender."""
     validate_name(name)
     validate_phone_number_id(phone_number_id)
+    validate_phone_number_id(default_sender)
     chunks = [items[start:start + chunk_rows] for start in range(0, len(items), chunk_rows)]
     if not chunks:
         return Imported(None, None, 0, 0)
@@ -280,7 +282,7 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
     def write(chunk: list[dict[str, Any]]) -> dict[str, Any]:
         try:
             row = db.fetch(engine, "enqueue_campaign", {
-                "name": name, "phone_number_id": phone_number_id,
+                "name": name, "phone_number_id": phone_number_id, "default_sender": default_sender,
                 "items": json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)})[0]
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:
             raise CampaignConflict(exc.diag.message_primary) from None

@@ -589,7 +589,7 @@ def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invali
     started = time.monotonic()
     try:
         result = campaigns.import_items(_engine(settings), name=name, phone_number_id=sender, items=read.items,
-                                        progress=progress)
+                                        default_sender=settings.phone_number_id, progress=progress)
     except campaigns.CampaignError as exc:
         raise _campaign_error(exc) from None
     elapsed = time.monotonic() - started

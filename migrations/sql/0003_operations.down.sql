@@ -8,7 +8,7 @@
 DROP TRIGGER notifications_park_paused_campaign ON wa_outbox.notifications;
 DROP FUNCTION wa_outbox.park_paused_campaign_message();
 DROP FUNCTION wa_outbox.steer_campaign(text, text, text, text);
-DROP FUNCTION wa_outbox.enqueue_campaign(text, text, jsonb);
+DROP FUNCTION wa_outbox.enqueue_campaign(text, text, jsonb, text);
 
 -- == Per recipient: pacing, order, the service window ============================================================
 

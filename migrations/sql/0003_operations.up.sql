@@ -31,12 +31,15 @@ CREATE INDEX notifications_campaign ON wa_outbox.notifications (campaign_id, sta
 -- campaign's sender. Each item is {"to", "message", "idempotency_key"} (the key derived from the campaign name and
 -- the row), validated by the same functions as enqueue_many; a known key inserts nothing (a re-import). Messages of
 -- a paused campaign are parked (next_attempt_at = 'infinity') until `campaign resume`.
-CREATE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb)
+-- A new campaign's sender: phone_number_id, else default_sender (the caller's WHATSAPP_PHONE_NUMBER_ID), else the
+-- one `db upgrade` recorded; an existing campaign keeps its own, and naming another is refused.
+CREATE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb,
+                                           default_sender text DEFAULT NULL)
     RETURNS TABLE (campaign_id bigint, campaign_status text, inserted integer, present integer)
     LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_sender text := coalesce(enqueue_campaign.phone_number_id,
+    v_sender text := coalesce(enqueue_campaign.phone_number_id, default_sender,
                               (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
     v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
     v_campaign wa_outbox.campaigns%ROWTYPE;

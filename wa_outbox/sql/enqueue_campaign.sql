@@ -3,4 +3,4 @@
 -- derived from the campaign name and the row, so a known row inserts nothing and counts as present.
 -- Safe to repeat: every item has an idempotency key; a second run inserts nothing (its counts say "present").
 SELECT campaign_id, campaign_status, inserted, present
-FROM wa_outbox.enqueue_campaign(%(name)s, %(phone_number_id)s, %(items)s::jsonb)
+FROM wa_outbox.enqueue_campaign(%(name)s, %(phone_number_id)s, %(items)s::jsonb, %(default_sender)s)
