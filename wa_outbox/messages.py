@@ -38,8 +38,11 @@ def _quoted(value: str) -> str:
     return json.dumps(value, ensure_ascii=_has_surrogate(value))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _has_surrogate(text: str) -> bool:
-    return any("\ud800" <= c <= "\udfff" for c in text)
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def recipient_digits(to: str) -> str | None:

@@ -7,6 +7,10 @@ DROP INDEX wa_outbox.notification_events_created_at;
 -- == Metrics from the workers ======================================================================================
 
 -- == Campaigns: steering ===========================================================================================
+DROP TRIGGER notifications_park_paused_campaign ON wa_outbox.notifications;
+DROP FUNCTION wa_outbox.park_paused_campaign_message();
+DROP FUNCTION wa_outbox.steer_campaign(text, text, text, text);
+DROP FUNCTION wa_outbox.enqueue_campaign(text, text, jsonb, text);
 
 -- == Per recipient: pacing, order, the service window ============================================================
 

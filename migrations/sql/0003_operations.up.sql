@@ -26,6 +26,169 @@ CREATE INDEX notifications_campaign ON wa_outbox.notifications (campaign_id, sta
 -- == Per recipient: pacing, order, the service window ============================================================
 
 -- == Campaigns: steering ===========================================================================================
+-- Bulk import of one campaign's chunk (wa-outbox campaign import): in one statement, find or create the campaign by
+-- name, refuse a cancelled one, and insert the chunk's messages with the campaign's id, priority 1 and the
+-- campaign's sender. Each item is {"to", "message", "idempotency_key"} (the key derived from the campaign name and
+-- the row), validated by the same functions as enqueue_many; a known key inserts nothing (a re-import). Messages of
+-- a paused campaign are parked (next_attempt_at = 'infinity') until `campaign resume`.
+-- A new campaign's sender: phone_number_id, else default_sender (the caller's WHATSAPP_PHONE_NUMBER_ID), else the
+-- one `db upgrade` recorded; an existing campaign keeps its own, and naming another is refused.
+CREATE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb,
+                                           default_sender text DEFAULT NULL)
+    RETURNS TABLE (campaign_id bigint, campaign_status text, inserted integer, present integer)
+    LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_sender text := coalesce(enqueue_campaign.phone_number_id, default_sender,
+                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    v_campaign wa_outbox.campaigns%ROWTYPE;
+    v_inserted integer;
+BEGIN
+    IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue_campaign.phone_number_id !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wa_outbox.campaigns AS c (name, phone_number_id) VALUES (campaign_name, v_sender)
+    ON CONFLICT (name) DO NOTHING;
+    -- FOR SHARE: a pause, resume or cancel waits for this chunk to commit, so it also moves the rows it adds.
+    SELECT * INTO v_campaign FROM wa_outbox.campaigns c WHERE c.name = campaign_name FOR SHARE;
+    IF v_campaign.status = 'cancelled' THEN
+        RAISE EXCEPTION 'campaign % is cancelled: nothing more can be imported into it', campaign_name
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF enqueue_campaign.phone_number_id IS NOT NULL AND v_campaign.phone_number_id <> enqueue_campaign.phone_number_id THEN
+        RAISE EXCEPTION 'campaign % sends from %, not %', campaign_name, v_campaign.phone_number_id,
+            enqueue_campaign.phone_number_id USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_sender := v_campaign.phone_number_id;
+
+    WITH input AS (
+        SELECT i.ord, i.item, i.item->'message' AS message,
+               CASE WHEN jsonb_typeof(i.item->'to') = 'string' THEN wa_outbox.recipient_digits(i.item->>'to') END
+                   AS recipient
+        FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), checked AS (
+        SELECT ord, recipient,
+               CASE WHEN message ?| '{to,messaging_product,recipient_type}'
+                    THEN message - '{to,messaging_product,recipient_type}'::text[]
+                    ELSE message END AS body,
+               item->>'idempotency_key' AS key,
+               CASE
+                   WHEN jsonb_typeof(item) <> 'object' THEN 'must be an object'
+                   WHEN recipient IS NULL THEN wa_outbox.recipient_problem(item->'to')
+                   WHEN jsonb_typeof(item->'idempotency_key') IS DISTINCT FROM 'string'
+                       THEN 'a campaign message needs its idempotency_key'
+                   ELSE coalesce(wa_outbox.message_problem(message),
+                                 wa_outbox.key_problem('idempotency_key', item->'idempotency_key'))
+               END AS problem
+        FROM input
+    ), new_rows AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, campaign_id, priority,
+             next_attempt_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT CASE WHEN problem IS NULL THEN nextval(v_sequence) ELSE wa_outbox.refuse_item(ord, problem) END,
+               v_sender, recipient, body, key, md5(v_sender || '|' || recipient || '|' || body::text), v_campaign.id, 1,
+               CASE WHEN v_campaign.status = 'paused' THEN 'infinity'::timestamptz ELSE now() END
+        FROM checked ORDER BY ord
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail)
+        SELECT id, 'queued', 0, jsonb_build_object('campaign', campaign_name) FROM new_rows
+    )
+    SELECT count(*) INTO v_inserted FROM new_rows;
+
+    IF v_inserted > 0 AND v_campaign.status = 'active' THEN
+        PERFORM pg_notify('wa_outbox_notifications', '');
+    END IF;
+    RETURN QUERY SELECT v_campaign.id, v_campaign.status, v_inserted, jsonb_array_length(items) - v_inserted;
+END $$;
+
+-- Steer a campaign: 'pause' parks its queued and in-flight messages (next_attempt_at = 'infinity': out of the due
+-- queue, attempts untouched), 'resume' brings them back (now()), 'cancel' makes every still-queued one `cancelled`
+-- with a timeline event naming who asked. Set-based, one UPDATE per step. The campaign row is updated first (it waits
+-- for an import chunk holding it), and the messages are moved by a later statement, whose snapshot sees that chunk.
+-- Raises no_data_found for an unknown campaign, object_not_in_prerequisite_state for pausing or resuming a cancelled
+-- one. A second run changes nothing more (moved = 0).
+CREATE FUNCTION wa_outbox.steer_campaign(campaign_name text, action text, actor text, reason text DEFAULT NULL)
+    RETURNS TABLE (campaign_id bigint, name text, status text, previous_status text, moved bigint)
+    LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id bigint;
+    v_previous text;
+    v_moved bigint;
+BEGIN
+    SELECT c.id, c.status INTO v_id, v_previous FROM wa_outbox.campaigns c WHERE c.name = campaign_name FOR UPDATE;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION 'no campaign %', campaign_name USING ERRCODE = 'no_data_found';
+    END IF;
+    IF action IN ('pause', 'resume') AND v_previous = 'cancelled' THEN
+        RAISE EXCEPTION 'campaign % is cancelled: it cannot be %', campaign_name,
+            CASE action WHEN 'pause' THEN 'paused' ELSE 'resumed' END USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF action = 'pause' THEN
+        UPDATE wa_outbox.campaigns c
+        SET status = 'paused', pause_reason = CASE WHEN c.status = 'paused' THEN c.pause_reason ELSE reason END,
+            updated_at = now()
+        WHERE c.id = v_id;
+        UPDATE wa_outbox.notifications n SET next_attempt_at = 'infinity', updated_at = now()
+        WHERE n.campaign_id = v_id AND n.status IN ('queued', 'sending') AND n.next_attempt_at <> 'infinity';
+        GET DIAGNOSTICS v_moved = ROW_COUNT;
+    ELSIF action = 'resume' THEN
+        UPDATE wa_outbox.campaigns c SET status = 'active', pause_reason = NULL, updated_at = now() WHERE c.id = v_id;
+        UPDATE wa_outbox.notifications n SET next_attempt_at = now(), updated_at = now()
+        WHERE n.campaign_id = v_id AND n.status IN ('queued', 'sending') AND n.next_attempt_at = 'infinity';
+        GET DIAGNOSTICS v_moved = ROW_COUNT;
+        IF v_moved > 0 THEN
+            PERFORM pg_notify('wa_outbox_notifications', '');
+        END IF;
+    ELSIF action = 'cancel' THEN
+        UPDATE wa_outbox.campaigns c SET status = 'cancelled', pause_reason = NULL, updated_at = now()
+        WHERE c.id = v_id;
+        WITH cancelled AS (
+            UPDATE wa_outbox.notifications n SET status = 'cancelled', updated_at = now()
+            WHERE n.campaign_id = v_id AND n.status = 'queued'
+            RETURNING n.id, n.attempts, n.correlation_id
+        ), events AS (
+            INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
+            SELECT id, 'cancelled', attempts, jsonb_build_object('by', actor, 'campaign', campaign_name),
+                   correlation_id
+            FROM cancelled
+        )
+        SELECT count(*) INTO v_moved FROM cancelled;
+    ELSE
+        RAISE EXCEPTION 'unknown campaign action %', action USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY SELECT c.id, c.name, c.status, v_previous, v_moved FROM wa_outbox.campaigns c WHERE c.id = v_id;
+END $$;
+
+-- A campaign message that goes back to `queued` (a retry, a rescued lease, a resend, a requeue) while its campaign is
+-- paused or cancelled, or that `campaign pause` parked while it was in flight, stays parked: pausing never loses a
+-- message in flight, and none of them slips past the pause. The WHEN clause keeps transactional rows (campaign_id
+-- NULL) and every other transition from calling the function at all.
+CREATE FUNCTION wa_outbox.park_paused_campaign_message() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.next_attempt_at = 'infinity'
+       OR EXISTS (SELECT 1 FROM wa_outbox.campaigns c WHERE c.id = NEW.campaign_id AND c.status <> 'active') THEN
+        NEW.next_attempt_at := 'infinity';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER notifications_park_paused_campaign
+    BEFORE UPDATE OF status ON wa_outbox.notifications
+    FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND NEW.status = 'queued' AND OLD.status <> 'queued')
+    EXECUTE FUNCTION wa_outbox.park_paused_campaign_message();
+
 
 -- == Metrics from the workers ======================================================================================
 

@@ -16,7 +16,7 @@ from .. import db, logs, metrics
 from ..config import Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
-from . import api_views, errors, health_views, openapi_views, ops_views, webhook_views
+from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
 
 _CORRELATION_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 
@@ -56,6 +56,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(api_views.blueprint)
     app.register_blueprint(openapi_views.blueprint)
     ops_views.install(app)
+    app.register_blueprint(campaign_views.blueprint)
     app.json = _IsoJSONProvider(app)
     if metrics:
         _install_metrics(app)

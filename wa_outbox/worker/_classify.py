@@ -47,6 +47,10 @@ SENDER_BROKEN = {0, 190, 368, 131031, 131042}
 PERMISSION = {3, 10, 131005} | set(range(200, 300))
 PERMANENT = {131050, 131026, 131047, 131051, 100, 131008, 131009, 131021, 133010} | set(range(132000, 132017))
 ALERTING = SENDER_BROKEN | {133010}
+# Answers that say the campaign, not just this message, must stop until a human looks: the spam rate limit (131048)
+# and a template paused or disabled for its quality rating (132015, 132016).
+# https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes
+CAMPAIGN_PAUSING = {131048, 132015, 132016}
 
 THROTTLE_PAUSE_SECONDS = {130429: 2.0, 80007: 60.0, 4: 60.0}
 BROKEN_SENDER_PAUSE_SECONDS = 300.0   # re-probe every 5 minutes until the token or account is fixed

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from .. import db
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
-from ._classify import Action, Decision, SendResult, classify
+from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
 from ._outcomes import Claimed, outcome, request_body
 from ._transport import Transport
 
@@ -135,6 +135,11 @@ class Sender:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
             except Exception as exc:  # noqa: BLE001 - the database is away: the outcome still waits out the pause
                 log.warning("pausing sender %s failed: %s", row.phone_number_id, one_line(exc))
+        if decision.code in CAMPAIGN_PAUSING:
+            try:
+                self._pause_campaign(row, decision)  # before the outcome: the retry it records stays parked
+            except Exception as exc:  # noqa: BLE001 - the database is away: the message still waits out its retry
+                log.warning("pausing the campaign of notification %s failed: %s", row.id, one_line(exc))
         self._outcomes.put((row, decision, outcome(row, decision, self.policy, result.elapsed_ms)))
         with self._lock:
             self._in_flight -= 1
@@ -199,6 +204,17 @@ class Sender:
             "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
                    "correlation_id": row.correlation_id})
+
+    def _pause_campaign(self, row: Claimed, decision: Decision) -> None:
+        """A spam-limit or template-quality answer: pause the campaign this message belongs to (if any, and if it is
+        still active), so the rest of it waits for an operator instead of drawing the same answer."""
+        paused = db.fetch(self.engine, "pause_campaign_of_message", {
+            "id": row.id, "actor": f"worker {self.worker_id}", "reason": decision.reason})
+        for campaign in paused:
+            log.error("campaign %s paused after %s: %s", campaign["name"], decision.code, decision.reason,
+                      extra={"alert": "campaign_paused", "campaign": campaign["name"], "code": decision.code,
+                             "notification_id": row.id, "parked": campaign["moved"],
+                             "phone_number_id": row.phone_number_id, "correlation_id": row.correlation_id})
 
     def _log(self, row: Claimed, decision: Decision, entry: dict) -> None:
         status = entry["status"]
