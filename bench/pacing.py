@@ -93,6 +93,9 @@ def run(mps: float, seconds: float, workers: int, enforce: bool) -> int:
                 granted = dict(conn.execute("SELECT notification_id::text, extract(epoch FROM max(created_at)) "
                                             "FROM wa_outbox.notification_events WHERE event = 'sending' "
                                             "GROUP BY 1").fetchall())
+                grants = sorted(r[0] for r in conn.execute(
+                    "SELECT extract(epoch FROM created_at)::float8 FROM wa_outbox.notification_events "
+                    "WHERE event = 'sending'").fetchall())
         messages = requests.get(f"{sim.url}/_admin/messages", timeout=60).json()["messages"]
         stats = requests.get(f"{sim.url}/_admin/stats", timeout=10).json()
     finally:
@@ -110,6 +113,7 @@ def run(mps: float, seconds: float, workers: int, enforce: bool) -> int:
           f"{len(times)} sends over {times[-1] - times[0]:.1f} s")
     print(f"any one-second window   at most {widest} sends (configured {mps:g}); {over} sends closed a window "
           f"over it")
+    print(f"claims, any second      at most {window_max(grants)} sends granted (the claims' `sending` events)")
     print(f"grant to arrival        p50 {delays[len(delays) // 2] * 1000:.1f} ms, "
           f"p99 {delays[int(len(delays) * 0.99)] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms (claim to the "
           f"simulator: the jitter the bucket's margin absorbs)")
