@@ -195,3 +195,13 @@ def test_resume_moves_only_what_the_pause_deferred(db, sender, settings):
         assert outbox.resume_sender(engine, "999")["moved"] == 0  # no bucket yet: nothing to do
     finally:
         engine.dispose()
+
+
+def test_set_with_resume_also_brings_back_the_deferred_messages(db, sender, run):
+    [nid] = queue(db, 1)
+    db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, tokens, paused_until, pause_reason) "
+               "VALUES (%s, 20, 0, now() + interval '5 minutes', 'test')", (SENDER,))
+    db.execute("UPDATE wa_outbox.notifications SET next_attempt_at = now() + interval '5 minutes'")
+    assert run("ratelimit", "set", SENDER, "--mps", "30", "--resume").exit_code == 0
+    assert count(db, "next_attempt_at <= now()") == 1
+    assert db.execute("SELECT mps, paused_until FROM wa_outbox.rate_limits").fetchone() == (30, None)

@@ -506,7 +506,10 @@ def ratelimit_set(phone_number_id, mps, burst, resume) -> None:
     """Set a sender's rate, shared by every worker."""
     from . import outbox
     _check_phone_number_id(phone_number_id)
-    r = outbox.set_ratelimit(_engine(_settings()), phone_number_id, mps, burst, resume)
+    engine = _engine(_settings())
+    if resume:  # as `ratelimit resume`: the messages the pause deferred are due now too
+        outbox.resume_sender(engine, phone_number_id)
+    r = outbox.set_ratelimit(engine, phone_number_id, mps, burst, resume)
     click.echo(f"{r['phone_number_id']}: {r['mps']:g} messages/s, "
                + ("paced (never more than that in any second)" if r["burst"] is None else f"burst {r['burst']:g}")
                + (f", paused until {r['paused_until']}" if r["paused_until"] else ""))
