@@ -60,7 +60,7 @@ DECLARE
     t timestamptz := clock_timestamp();
 BEGIN
     INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
-    VALUES (sender, default_mps, NULL, 1, t)
+    VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, t)
     ON CONFLICT (phone_number_id) DO NOTHING;
     SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
     shape := wa_outbox.bucket_shape(b.mps, b.burst);

@@ -3,7 +3,7 @@
 -- classic bucket of that size.
 -- Safe to repeat: an upsert of the same values.
 INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens)
-VALUES (%(phone_number_id)s, %(mps)s, %(burst)s, 1)
+VALUES (%(phone_number_id)s, %(mps)s, %(burst)s, (wa_outbox.bucket_shape(%(mps)s, %(burst)s)).capacity)
 ON CONFLICT (phone_number_id) DO UPDATE
 SET mps = excluded.mps, burst = excluded.burst,
     tokens = least(r.tokens, (wa_outbox.bucket_shape(excluded.mps, excluded.burst)).capacity),
