@@ -29,7 +29,7 @@ def test_200_without_a_message_id_is_unknown_not_sent_or_retried():
 
 @pytest.mark.parametrize("code, action", [
     (131000, Action.RETRY), (131016, Action.RETRY), (2, Action.RETRY), (1, Action.RETRY), (133004, Action.RETRY),
-    (131057, Action.RETRY_AT), (131049, Action.RETRY_AT), (131048, Action.RETRY_AT),
+    (131057, Action.THROTTLE_SENDER), (131049, Action.RETRY_AT), (131048, Action.RETRY_AT),
     (130429, Action.THROTTLE_SENDER), (80007, Action.THROTTLE_SENDER), (4, Action.THROTTLE_SENDER),
     (131056, Action.PAIR_LIMIT),
     (0, Action.PAUSE_SENDER), (190, Action.PAUSE_SENDER), (368, Action.PAUSE_SENDER), (131031, Action.PAUSE_SENDER),

@@ -87,7 +87,7 @@ def test_dlq_list_show_retry_purge(run, db):
 def test_ratelimit_set_and_show(run, db):
     r = run("ratelimit", "set", "100000000000001", "--mps", "20")
     assert r.exit_code == 0 and "20 messages/s" in r.output
-    assert "100000000000001\t20\t20" in run("ratelimit", "show").output
+    assert "100000000000001\t20\tdefault\t19.7\t" in run("ratelimit", "show").output  # paced: see test_pacing.py
     assert run("ratelimit", "set", "abc", "--mps", "5").exit_code != 0
     assert run("ratelimit", "set", "100000000000001", "--mps", "0").exit_code != 0
 

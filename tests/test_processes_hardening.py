@@ -218,7 +218,8 @@ class LostReplySender(Sender):
 
 def test_producer_releases_a_claim_whose_reply_was_lost_and_sends_each_once(db, sender, settings, engine):
     ids = [enqueue(db, to=f"+55119{i:08d}", message=TEXT) for i in range(5)]
-    fast = worker_settings(settings, "http://127.0.0.1:9", poll_interval=0.05)
+    # A rate whose bucket holds all five (the default pacing grants about one token per claim at 80/s).
+    fast = worker_settings(settings, "http://127.0.0.1:9", poll_interval=0.05, rate_limit_mps=100000.0)
     producer = LostReplySender(engine, DryRunTransport(), fast, "worker-lost", fast.retry_policy())
     producer.lost = []
     stopping, recorded = threading.Event(), threading.Event()

@@ -98,7 +98,10 @@ def test_sigterm_finishes_in_flight_sends_and_exits_zero(database_url, db, sende
     sim.set_faults([{"mode": "latency", "ms": 1500}])
     for i in range(30):
         enqueue(db, to=f"+55119{i:08d}", message=TEXT)
-    proc = start_worker_process(database_url, sim.base_url, WA_OUTBOX_SHUTDOWN_GRACE="10")
+    # One claim of 8 at once: a rate whose bucket holds them (at the default 80/s, claims would take about one each,
+    # and sends would finish and be replaced while the test looks).
+    proc = start_worker_process(database_url, sim.base_url, WA_OUTBOX_SHUTDOWN_GRACE="10",
+                                WA_OUTBOX_RATE_LIMIT_MPS="100000")
     wait_for(lambda: count(db, "status = 'sending'") == 8, what="8 sends in flight")
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)

@@ -411,7 +411,7 @@ def _print_notification(n: dict) -> None:
 
 @main.group()
 def dlq() -> None:
-    """The dead-letter queue: messages that could not be sent, with their reasons."""
+    """The dead-letter queue: messages that could not be sent (dead) or that Meta reported failed, with reasons."""
 
 
 @dlq.command("list")
@@ -420,10 +420,11 @@ def dlq() -> None:
 def dlq_list(limit: int, code: int | None) -> None:
     from . import outbox
     rows = outbox.list_dead(_engine(_settings()), limit=limit, code=code)
-    click.echo("id\trecipient\tattempts\tdied_at\treason")
+    # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
+    click.echo("id\tstatus\trecipient\tattempts\tdied_at\treason")
     for r in rows:
-        click.echo(f"{r['id']}\t+{r['recipient']}\t{r['attempts']}\t{r['died_at']:%Y-%m-%d %H:%M:%S}\t"
-                   f"{(r['last_error'] or {}).get('message', '')}")
+        click.echo(f"{r['id']}\t{r['status']}\t+{r['recipient']}\t{r['attempts']}\t"
+                   f"{r['died_at']:%Y-%m-%d %H:%M:%S}\t{(r['last_error'] or {}).get('message', '')}")
     click.echo(f"({len(rows)} shown)", err=True)
 
 
@@ -439,11 +440,11 @@ def dlq_show(notification_id: int) -> None:
 
 @dlq.command("retry")
 @click.argument("ids", nargs=-1, type=int)
-@click.option("--all", "all_dead", is_flag=True, help="Every dead message (narrow with --code/--to).")
+@click.option("--all", "all_dead", is_flag=True, help="Every dead or failed message (narrow with --code/--to).")
 @click.option("--code", type=int, help="With --all: only this Graph error code.")
 @click.option("--to", "recipient", help="With --all: only this recipient.")
 def dlq_retry(ids, all_dead, code, recipient) -> None:
-    """Requeue dead messages: attempts start over; the timeline records it."""
+    """Requeue dead or failed messages: attempts start over; the timeline records it."""
     from . import outbox
     from .messages import normalize_recipient
     if bool(ids) == all_dead:
@@ -485,27 +486,75 @@ def ratelimit() -> None:
 def ratelimit_show() -> None:
     from . import outbox
     rows = outbox.ratelimits(_engine(_settings()))
-    click.echo("phone_number_id\tmps\tburst\ttokens\tpaused_until\tpause_reason")
+    # burst "default": the default pacing (never more than mps in any one-second window); refill and capacity are
+    # the bucket that makes.
+    click.echo("phone_number_id\tmps\tburst\trefill\tcapacity\ttokens\tpaused_until\tpause_reason")
     for r in rows:
-        click.echo(f"{r['phone_number_id']}\t{r['mps']:g}\t{r['burst']:g}\t{r['tokens']}\t{r['paused_until'] or ''}\t"
-                   f"{r['pause_reason'] or ''}")
+        burst = "default" if r["burst"] is None else f"{r['burst']:g}"
+        click.echo(f"{r['phone_number_id']}\t{r['mps']:g}\t{burst}\t{r['refill']:.4g}\t{r['capacity']:.4g}\t"
+                   f"{r['tokens']}\t{r['paused_until'] or ''}\t{r['pause_reason'] or ''}")
 
 
 @ratelimit.command("set")
 @click.argument("phone_number_id")
 @click.option("--mps", type=click.FloatRange(min=0.01), required=True, help="Messages per second.")
-@click.option("--burst", type=click.FloatRange(min=1), help="Bucket size (default: one second's worth).")
-@click.option("--resume", is_flag=True, help="Also lift a pause now.")
+@click.option("--burst", type=click.FloatRange(min=1),
+              help="A classic token bucket of this size: a one-second window may then see up to burst + mps sends. "
+                   "Default: paced so that no one-second window ever sees more than --mps.")
+@click.option("--resume", is_flag=True, help="Also lift a pause now (see also: ratelimit resume).")
 def ratelimit_set(phone_number_id, mps, burst, resume) -> None:
+    """Set a sender's rate, shared by every worker."""
     from . import outbox
+    _check_phone_number_id(phone_number_id)
+    engine = _engine(_settings())
+    if resume:  # as `ratelimit resume`: the messages the pause deferred are due now too
+        outbox.resume_sender(engine, phone_number_id)
+    r = outbox.set_ratelimit(engine, phone_number_id, mps, burst, resume)
+    click.echo(f"{r['phone_number_id']}: {r['mps']:g} messages/s, "
+               + ("paced (never more than that in any second)" if r["burst"] is None else f"burst {r['burst']:g}")
+               + (f", paused until {r['paused_until']}" if r["paused_until"] else ""))
+
+
+def _check_phone_number_id(phone_number_id: str) -> None:
     from .messages import InvalidMessage, validate_phone_number_id
     try:
         validate_phone_number_id(phone_number_id)
     except InvalidMessage as exc:
         raise click.BadParameter(str(exc), param_hint="PHONE_NUMBER_ID") from None
-    r = outbox.set_ratelimit(_engine(_settings()), phone_number_id, mps, burst, resume)
-    click.echo(f"{r['phone_number_id']}: {r['mps']:g} messages/s, burst {r['burst']:g}"
-               + (f", paused until {r['paused_until']}" if r["paused_until"] else ""))
+
+
+@ratelimit.command("resume")
+@click.argument("phone_number_id")
+def ratelimit_resume(phone_number_id) -> None:
+    """Lift a sender's pause now; the messages the pause deferred are due at once."""
+    from . import outbox
+    _check_phone_number_id(phone_number_id)
+    r = outbox.resume_sender(_engine(_settings()), phone_number_id)
+    if r["was_paused_until"] is None:
+        click.echo(f"{phone_number_id}: not paused; {r['moved']} messages moved")
+    else:
+        click.echo(f"{phone_number_id}: resumed (was paused until {r['was_paused_until']}: {r['pause_reason']}); "
+                   f"{r['moved']} deferred messages due now")
+
+
+@main.command()
+@click.argument("ids", nargs=-1, type=click.IntRange(1, 2 ** 63 - 1), required=True)
+def cancel(ids) -> None:
+    """Cancel queued messages (by id): they are never sent; the timeline says the CLI asked. Exits 1 if any id is
+    unknown or not queued, naming its status (the others are cancelled all the same)."""
+    from . import outbox
+    results = outbox.cancel(_engine(_settings()), list(ids), actor="cli")
+    problems = []
+    for notification_id in dict.fromkeys(ids):
+        if notification_id not in results:
+            problems.append(f"{notification_id}: no such message")
+        elif results[notification_id][1]:
+            click.echo(f"{notification_id}\tcancelled")
+        else:
+            problems.append(f"{notification_id}: is {results[notification_id][0]}, only queued messages can be "
+                            "cancelled")
+    if problems:
+        raise click.ClickException("not cancelled: " + "; ".join(problems))
 
 
 @main.command()

@@ -9,7 +9,8 @@ webhook_rejected = Counter("wa_outbox_webhook_rejected_total",
 
 # Queue state, read from Postgres when /metrics is scraped (so any web process reports the truth of every worker).
 # "livemostrecent": in gunicorn's multiprocess mode the most recently scraped value wins.
-queue_rows = Gauge("wa_outbox_queue_rows", "Rows by queue and status (dead = the dead-letter queue)",
+queue_rows = Gauge("wa_outbox_queue_rows",
+                   "Rows by queue and status (dead, and Meta-failed messages: the dead-letter queue)",
                    ["queue", "status"], multiprocess_mode="livemostrecent")
 queue_oldest_age = Gauge("wa_outbox_queue_oldest_age_seconds", "Age of the oldest row by queue and status",
                          ["queue", "status"], multiprocess_mode="livemostrecent")
@@ -21,7 +22,7 @@ worker_heartbeat_age = Gauge("wa_outbox_worker_heartbeat_age_seconds",
 senders_paused = Gauge("wa_outbox_senders_paused", "Sender numbers paused by throttling or errors that need a human",
                        multiprocess_mode="livemostrecent")
 
-_QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead"),
+_QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead", "failed"),
                    "webhook_events": ("queued", "processing", "dead")}
 
 

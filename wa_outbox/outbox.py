@@ -82,12 +82,23 @@ def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:
 
 def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
                   resume: bool) -> dict[str, Any]:
+    """Set a sender's rate. `burst` None: the default pacing, never more than `mps` in any one-second window; a
+    number: a classic token bucket of that size (a one-second window may then hold up to burst + mps)."""
     return db.fetch(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
-                                              "burst": burst or max(1.0, mps), "resume": resume})[0]
+                                              "burst": burst, "resume": resume})[0]
 
 
-def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any] | None:
-    """Lift a sender's pause now and bring the messages it held back to the front of the queue (resume_sender.sql).
-    Returns {phone_number_id, was_paused_until, moved}, or None when the sender has no rate-limit row."""
+def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any]:
+    """Lift a sender's pause now, and make the messages the pause deferred due now. Returns phone_number_id,
+    was_paused_until (None: it was not paused), pause_reason and moved (how many messages became due); a sender
+    without a bucket yet returns was_paused_until None and moved 0."""
     rows = db.fetch(engine, "resume_sender", {"phone_number_id": phone_number_id})
-    return rows[0] if rows else None
+    return rows[0] if rows else {"phone_number_id": phone_number_id, "was_paused_until": None,
+                                 "pause_reason": None, "moved": 0}
+
+
+def cancel(engine: sa.Engine, ids: list[int], *, actor: str) -> dict[int, tuple[str, bool]]:
+    """Cancel `queued` messages (the timeline names `actor`: api, cli, …). Returns, for each id that exists, its
+    status now and whether this call cancelled it; ids that match no message are absent."""
+    rows = db.fetch(engine, "cancel", {"ids": list(ids), "actor": actor})
+    return {row["id"]: (row["status"], row["cancelled"]) for row in rows}

@@ -33,6 +33,14 @@ WITH s AS (
     FROM matched m JOIN locked l ON l.id = m.nid
     WHERE l.status <> 'sending' AND m.rank > 0  -- an unrecognized word moves nothing
     GROUP BY m.nid
+), failure AS (  -- the fields of Meta's first error, each only when it has the expected type
+    SELECT t.*,
+           CASE WHEN jsonb_typeof(t.errors->0->'code') = 'number' AND t.errors->0->>'code' ~ '^-?[0-9]{1,9}$'
+                THEN (t.errors->0->>'code')::integer END AS code,
+           CASE WHEN jsonb_typeof(t.errors->0->'title') = 'string' THEN left(t.errors->0->>'title', 300) END AS title,
+           CASE WHEN jsonb_typeof(t.errors->0->'error_data'->'details') = 'string'
+                THEN left(t.errors->0->'error_data'->>'details', 500) END AS details
+    FROM target t
 ), updated AS (
     UPDATE wa_outbox.notifications n
     SET status = CASE greatest(t.best_rank, wa_outbox.status_rank(n.status))
@@ -42,11 +50,17 @@ WITH s AS (
         sent_at = coalesce(n.sent_at, t.sent_ts, t.delivered_ts, t.read_ts, now()),
         delivered_at = coalesce(n.delivered_at, t.delivered_ts),
         read_at = coalesce(n.read_at, t.read_ts),
+        -- Meta's first error, readable ("Meta reported the message failed: 131026 Message undeliverable") and
+        -- filterable: its code at the top level, as for dead messages (dlq list --code, /v1/dead?code=).
         last_error = CASE WHEN t.errors IS NOT NULL AND t.best_rank = 25
-                          THEN jsonb_build_object('message', 'Meta reported the message failed', 'errors', t.errors)
+                          THEN jsonb_strip_nulls(jsonb_build_object(
+                              'message', 'Meta reported the message failed'
+                                         || coalesce(': ' || nullif(concat_ws(' ', t.code, t.title), ''), '')
+                                         || coalesce(' (' || t.details || ')', ''),
+                              'code', t.code, 'title', t.title, 'errors', t.errors))
                           ELSE n.last_error END,
         unknown_since = NULL, updated_at = now()
-    FROM target t
+    FROM failure t
     WHERE n.id = t.nid
     RETURNING n.id
 ), reconciled AS (

@@ -1,7 +1,11 @@
--- For /metrics at scrape time: queue depths and ages, dead letters, worker heartbeats, paused senders.
+-- For /metrics at scrape time: queue depths and ages, dead letters (dead and Meta-failed), worker heartbeats, paused
+-- senders.
 -- Safe to repeat: a read.
 SELECT 'notifications' AS queue, status, rows, coalesce(oldest_age_seconds, 0) AS age FROM wa_outbox.queue_health
 WHERE queue = 'notifications'
+UNION ALL  -- Meta-`failed` messages are in the dead-letter queue too (partial index notifications_dead_or_failed)
+SELECT 'notifications', 'failed', count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+FROM wa_outbox.notifications WHERE status = 'failed'
 UNION ALL
 SELECT 'webhook_events', status, rows, coalesce(oldest_age_seconds, 0) FROM wa_outbox.queue_health
 WHERE queue = 'webhook_events'

@@ -1,4 +1,8 @@
--- The shared per-sender rates and pauses, for `wa-outbox ratelimit show`.
+-- The shared per-sender rates and pauses, for `wa-outbox ratelimit show`: the configured rate (mps), the burst as
+-- set (NULL: the default pacing) and the bucket it makes (refill rate, capacity: bucket_shape in migration 0003).
 -- Safe to repeat: a read.
-SELECT phone_number_id, mps, burst, round(tokens::numeric, 1) AS tokens, paused_until, pause_reason, updated_at
-FROM wa_outbox.rate_limits ORDER BY phone_number_id
+SELECT r.phone_number_id, r.mps, r.burst, s.refill, s.capacity, round(r.tokens::numeric, 2) AS tokens,
+       CASE WHEN r.paused_until > now() THEN r.paused_until END AS paused_until,
+       CASE WHEN r.paused_until > now() THEN r.pause_reason END AS pause_reason, r.updated_at
+FROM wa_outbox.rate_limits r, LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s
+ORDER BY r.phone_number_id

@@ -1,10 +1,10 @@
 -- Requeue dead (or Meta-`failed`) messages: attempts start over, and the timeline says who asked. By ids, or all
--- dead ones matching the filters.
+-- messages of the dead-letter queue (dead and failed, as list_dead.sql shows it) matching the filters.
 WITH target AS (
     SELECT n.id, n.status FROM wa_outbox.notifications n
     WHERE n.status IN ('dead', 'failed')
       AND (n.id = ANY(%(ids)s::bigint[])
-           OR (%(all)s AND n.status = 'dead'
+           OR (%(all)s
                AND (%(code)s::integer IS NULL OR (n.last_error ->> 'code')::integer = %(code)s)
                AND (%(recipient)s::text IS NULL OR n.recipient = %(recipient)s)))
     ORDER BY n.id

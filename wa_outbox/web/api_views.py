@@ -6,6 +6,7 @@ GET  /v1/messages/<id>             status, attempts, last error, wamid and the t
 GET  /v1/messages?q=<phone|corr>   recent messages to a phone number or with a correlation id
 GET  /v1/dead                      the dead-letter queue (?limit, ?before_id, ?code)
 POST /v1/messages/<id>/retry       requeue a dead (or Meta-failed) message
+POST /v1/messages/<id>/cancel      cancel a queued message (409 naming any other status)
 """
 
 from __future__ import annotations
@@ -116,6 +117,18 @@ def retry_message(notification_id: int):
         return json_error(404, f"no message {notification_id}")
     return json_error(409, f"message {notification_id} is {found['status']}: only dead or failed messages are "
                            "retried")
+
+
+@blueprint.post("/messages/<int:notification_id>/cancel")
+def cancel_message(notification_id: int):
+    results = outbox.cancel(_engine(), [notification_id], actor="api") if notification_id <= MAX_ID else {}
+    if notification_id not in results:
+        return json_error(404, f"no message {notification_id}")
+    status, cancelled = results[notification_id]
+    if not cancelled:
+        return json_error(409, f"message {notification_id} is {status}: only queued messages can be cancelled",
+                          message_status=status)
+    return jsonify(id=notification_id, status=status)
 
 
 class _BadArg(Exception):

@@ -281,10 +281,7 @@ def resume_sender():
     if not phone_number_id.isascii() or not phone_number_id.isdigit() or len(phone_number_id) > 64:
         abort(400, "phone_number_id must be digits")
     resumed = outbox.resume_sender(_engine(), phone_number_id)
-    if resumed is None:
-        flash(f"No sender {phone_number_id}.", "error")
-    else:
-        flash(f"Sender {phone_number_id} resumed; {resumed['moved']} message(s) it held back are due now.")
+    flash(f"Sender {phone_number_id} resumed; {resumed['moved']} message(s) it held back are due now.")
     return redirect(_next_location())
 
 

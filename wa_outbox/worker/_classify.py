@@ -54,7 +54,7 @@ CAMPAIGN_PAUSING = {131048, 132015, 132016}
 
 THROTTLE_PAUSE_SECONDS = {130429: 2.0, 80007: 60.0, 4: 60.0}
 BROKEN_SENDER_PAUSE_SECONDS = 300.0   # re-probe every 5 minutes until the token or account is fixed
-MAINTENANCE_WAIT_SECONDS = 60.0       # 131057: "about a minute"
+MAINTENANCE_WAIT_SECONDS = 60.0       # 131057: the sender is paused "about a minute"
 MARKETING_CAP_WAIT_SECONDS = 86400.0  # 131049: no sooner than 24 h
 SPAM_LIMIT_WAIT_SECONDS = 3600.0      # 131048: do not blind-retry
 
@@ -94,7 +94,9 @@ def classify(result: SendResult) -> Decision:
         if code == 131056:
             return decided(Action.PAIR_LIMIT)
         if code == 131057:
-            return decided(Action.RETRY_AT, max(result.retry_after or 0, MAINTENANCE_WAIT_SECONDS))
+            # Maintenance / throughput upgrade: the whole number is unavailable for about a minute, so every
+            # worker stops sending from it (a sender pause) and the message waits without spending an attempt.
+            return decided(Action.THROTTLE_SENDER, max(result.retry_after or 0, MAINTENANCE_WAIT_SECONDS))
         if code == 131049:
             return decided(Action.RETRY_AT, MARKETING_CAP_WAIT_SECONDS)
         if code == 131048:

@@ -53,6 +53,7 @@ class Sender:
         self._held: set[int] = set()            # claimed ids not yet recorded (or abandoned to the lease)
         self._release_pending = False           # a claim failed: its rows may be ours, unsent
         self._failures = 0                      # consecutive failed claims (or releases), for the backoff
+        self._due_not_claimed = 0               # consecutive short claims with a message due now (_next_claim_in)
         self._outcomes: queue.Queue[tuple[Claimed, Decision, dict]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
@@ -87,7 +88,28 @@ class Sender:
                     self._start(row)
                 if len(rows) == free:
                     continue  # there is probably more: claim again as slots free up
+                self.wake.wait(self._next_claim_in())
+                continue
             self.wake.wait(self.settings.poll_interval)
+
+    def _next_claim_in(self) -> float:
+        """Seconds to wait after a claim that left slots free: until the next queued message is due and its sender
+        has a token (next_claim_in.sql), at most the poll interval. The bucket holds barely more than one token, so
+        claiming on time is what reaches the rate. Due now yet not ours (another worker holds it): a short wait,
+        doubling while that lasts."""
+        poll = self.settings.poll_interval
+        try:
+            rows = db.fetch(self.engine, "next_claim_in")
+        except Exception:  # noqa: BLE001 - the next claim reports the database's trouble
+            return poll
+        wait = rows[0]["wait_seconds"] if rows else None
+        if wait is None:
+            return poll
+        if wait > 0:
+            self._due_not_claimed = 0
+            return min(wait, poll)
+        self._due_not_claimed += 1
+        return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
     def _claim(self, limit: int) -> list[Claimed]:
         rows = db.fetch(self.engine, "claim_notifications", {

@@ -1,0 +1,207 @@
+"""Throughput per sender number: the shared bucket never grants more than the configured rate in any one-second
+window, across worker processes, and still reaches it; a throttling answer (130429) pauses every worker; 131057
+pauses the number for about a minute without spending the attempt; `ratelimit resume` lifts a pause at once."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from tests.live import SENDER, running_worker, wait_for, worker_settings
+from tests.test_worker_process import start_worker_process
+from wa_outbox import cli
+from wa_outbox.enqueue import enqueue_many
+from wa_outbox.worker._classify import THROTTLE_PAUSE_SECONDS, Action, SendResult, classify
+
+TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
+
+
+def window_max(times: list[float], width: float = 1.0) -> int:
+    """The most events in any window (t - width, t]: the simulator's (and Meta's) sliding second."""
+    times = sorted(times)
+    return max((i + 1 - bisect.bisect_right(times, t - width, 0, i + 1) for i, t in enumerate(times)), default=0)
+
+
+def queue(db, n: int, prefix: str = "+55119") -> list[int]:
+    return enqueue_many(db, [{"to": f"{prefix}{i:08d}", "message": TEXT} for i in range(n)])
+
+
+def grant_times(db) -> list[float]:
+    """When each send was granted: its claim's `sending` timeline event (the claim takes the tokens)."""
+    return [r[0] for r in db.execute("SELECT extract(epoch FROM created_at)::float8 FROM wa_outbox.notification_events "
+                                     "WHERE event = 'sending' ORDER BY created_at").fetchall()]
+
+
+def count(db, where: str) -> int:
+    return db.execute(f"SELECT count(*) FROM wa_outbox.notifications WHERE {where}").fetchone()[0]
+
+
+@pytest.fixture
+def run(database_url, monkeypatch):
+    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": SENDER}
+    return lambda *args: CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
+
+
+# --- pure ----------------------------------------------------------------------------------------------------------
+
+def test_131057_pauses_the_sender_for_about_a_minute_without_spending_the_attempt():
+    error = {"error": {"code": 131057, "message": "(#131057) Account in maintenance mode"}}
+    d = classify(SendResult(http_status=400, body=error))
+    assert (d.action, d.wait_seconds) == (Action.THROTTLE_SENDER, 60.0)
+    assert classify(SendResult(http_status=400, body=error, retry_after=90)).wait_seconds == 90
+
+
+# --- the bucket in Postgres ------------------------------------------------------------------------------------------
+
+def test_default_bucket_holds_one_token_and_refills_just_under_the_rate(run, db):
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    shape = db.execute("SELECT s.refill, s.capacity, r.burst FROM wa_outbox.rate_limits r, "
+                       "LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s").fetchone()
+    assert shape[2] is None and 19.6 <= shape[0] < 20 and 1 <= shape[1] < 1.2
+    # Whatever the burst and the timing: at most capacity + refill * 1 s in a second, and that is < 21.
+    assert shape[1] + shape[0] * 1.0 < 21
+    granted = db.execute("SELECT (wa_outbox.take_tokens(%s, 50, 80)).granted", (SENDER,)).fetchone()[0]
+    assert granted == 1  # a claim wanting 50 gets one: no second's worth of burst
+    assert run("ratelimit", "set", SENDER, "--mps", "20", "--burst", "20").exit_code == 0  # the classic bucket
+    assert "\t20\t20\t20\t20\t" in run("ratelimit", "show").output
+
+
+def test_concurrent_claimers_never_get_more_than_the_rate_in_any_second_and_reach_it(database_url, db, run):
+    """The bucket alone, exactly: 4 connections take tokens as fast as they can for 3 s; each grant's time is the
+    bucket's own (refilled_at, read in the granting transaction while it holds the bucket's row lock)."""
+    rate, seconds = 20, 3.0
+    assert run("ratelimit", "set", SENDER, "--mps", str(rate)).exit_code == 0
+    grants: list[float] = []
+
+    def claimer() -> None:
+        with psycopg.connect(database_url) as conn:
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                with conn.transaction():
+                    granted = conn.execute("SELECT (wa_outbox.take_tokens(%s, 3, 80)).granted",
+                                           (SENDER,)).fetchone()[0]
+                    at = conn.execute("SELECT extract(epoch FROM refilled_at)::float8 FROM wa_outbox.rate_limits "
+                                      "WHERE phone_number_id = %s", (SENDER,)).fetchone()[0]
+                grants.extend([at] * granted)
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Version 1's bucket (one second of burst) granted 40 in the first second.
+    assert window_max(grants) <= rate
+    assert len(grants) >= 0.9 * rate * seconds
+
+
+def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(database_url, db, sender, sim, run):
+    """20/s shared by 4 processes; the simulator enforces 20/s as Meta does (130429 beyond it)."""
+    rate, n = 20, 200
+    sim.configure(mps=rate, webhook_url=None)  # no status webhooks: less load on the machine
+    assert run("ratelimit", "set", SENDER, "--mps", str(rate)).exit_code == 0
+    queue(db, n)
+    workers = [start_worker_process(database_url, sim.base_url, WA_OUTBOX_RATE_LIMIT_MPS=str(rate),
+                                    WA_OUTBOX_POLL_INTERVAL="1.0", LOG_LEVEL="WARNING") for _ in range(4)]
+    try:
+        wait_for(lambda: count(db, "status IN ('queued', 'sending')") == 0, timeout=120, interval=0.5,
+                 what="the queue drained")
+    finally:
+        for w in workers:
+            w.terminate()
+        outputs = [w.communicate(timeout=30)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers), outputs
+    accepted = sorted(m["received_at"] for m in sim.messages())
+    assert len(accepted) == n and count(db, "status = 'sent'") == n
+    # The simulator's record of accepted sends: never over the rate in any sliding second. It refuses beyond the
+    # rate, so count the refusals too: one needs a send delayed more than the bucket's margin (~10 ms) on its way
+    # from the claim to the simulator, which on this shared 2-core machine happens now and then (bench/pacing.py
+    # prints that delay); version 1's bucket drew them by the dozen (27-33 sends granted in a second).
+    assert window_max(accepted) <= rate
+    refused = sim.stats()["outcomes"].get("error_130429", 0)
+    assert refused <= 5
+    # At the rate: over the run, less the pauses those refusals drew (each pauses the sender for
+    # THROTTLE_PAUSE_SECONDS), at least 0.9 of it on this busy machine; the benchmark (bench/pacing.py) measures 98 %.
+    paused = refused * THROTTLE_PAUSE_SECONDS[130429]
+    achieved = (n - 1) / (accepted[-1] - accepted[0] - paused)
+    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused"
+
+
+def test_a_130429_pauses_every_worker(db, sender, sim, settings, run):
+    assert run("ratelimit", "set", SENDER, "--mps", "50").exit_code == 0
+    sim.set_faults([{"mode": "error", "code": 130429, "count": 1, "retry_after": 3}])
+    ids = queue(db, 40)
+    s = worker_settings(settings, sim.base_url)
+    with running_worker(s), running_worker(s):
+        wait_for(lambda: count(db, "status = 'sent'") + count(db, "status IN ('delivered', 'read')") == len(ids),
+                 timeout=60, what="all sent")
+    throttled_at, paused_until = db.execute(
+        "SELECT extract(epoch FROM e.created_at)::float8, extract(epoch FROM r.paused_until)::float8 "
+        "FROM wa_outbox.notification_events e, wa_outbox.rate_limits r WHERE e.event = 'throttled'").fetchone()
+    assert paused_until - throttled_at > 2  # the sender was paused 3 s (Retry-After)
+    # No worker claimed anything for that sender from the moment the throttled answer was recorded until the pause
+    # ended.
+    assert [t for t in grant_times(db) if throttled_at < t < paused_until] == []
+    # The throttled message did not spend an attempt.
+    assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_messages(
+        db, sender, sim, settings, run):
+    sim.set_faults([{"mode": "error", "code": 131057, "count": 1}])
+    ids = queue(db, 10)
+    with running_worker(worker_settings(settings, sim.base_url, worker_concurrency=1)):
+        wait_for(lambda: db.execute("SELECT paused_until > now() + interval '50 seconds' FROM wa_outbox.rate_limits "
+                                    "WHERE phone_number_id = %s", (SENDER,)).fetchone() == (True,),
+                 what="the sender paused about a minute")
+        shown = run("ratelimit", "show").output
+        assert "131057" in shown
+        assert count(db, "status = 'queued' AND next_attempt_at > now() + interval '50 seconds'") >= 1
+        sent_before = len(sim.messages())
+
+        resumed = run("ratelimit", "resume", SENDER)
+        assert resumed.exit_code == 0 and "resumed" in resumed.output, resumed.output
+        # Every message goes now, not in a minute: the deferred ones were brought back.
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="all sent after resume")
+    assert sent_before < len(ids)
+    assert db.execute("SELECT paused_until FROM wa_outbox.rate_limits").fetchone()[0] is None
+    # The maintenance answer did not spend an attempt: every message was sent at its first counted attempt.
+    assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+    assert run("ratelimit", "resume", SENDER).output.startswith(f"{SENDER}: not paused")
+    assert run("ratelimit", "resume", "abc").exit_code != 0
+
+
+def test_resume_moves_only_what_the_pause_deferred(db, sender, settings):
+    from wa_outbox import outbox
+    from wa_outbox.db import create_engine
+    engine = create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    try:
+        ids = queue(db, 3)
+        db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, tokens, paused_until, pause_reason) "
+                   "VALUES (%s, 20, 0, now() + interval '5 minutes', 'test')", (SENDER,))
+        db.execute("UPDATE wa_outbox.notifications SET next_attempt_at = CASE id "
+                   "WHEN %s THEN now() + interval '5 minutes' WHEN %s THEN now() + interval '5 minutes 2 seconds' "
+                   "ELSE now() + interval '24 hours' END", (ids[0], ids[1]))
+        r = outbox.resume_sender(engine, SENDER)
+        assert r["moved"] == 2 and r["pause_reason"] == "test"
+        due = [row[0] for row in db.execute("SELECT id FROM wa_outbox.notifications WHERE next_attempt_at <= now() "
+                                            "ORDER BY id").fetchall()]
+        assert due == ids[:2]  # the one waiting a day on a retry delay of its own keeps it
+        assert outbox.resume_sender(engine, "999")["moved"] == 0  # no bucket yet: nothing to do
+    finally:
+        engine.dispose()
+
+
+def test_set_with_resume_also_brings_back_the_deferred_messages(db, sender, run):
+    [nid] = queue(db, 1)
+    db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, tokens, paused_until, pause_reason) "
+               "VALUES (%s, 20, 0, now() + interval '5 minutes', 'test')", (SENDER,))
+    db.execute("UPDATE wa_outbox.notifications SET next_attempt_at = now() + interval '5 minutes'")
+    assert run("ratelimit", "set", SENDER, "--mps", "30", "--resume").exit_code == 0
+    assert count(db, "next_attempt_at <= now()") == 1
+    assert db.execute("SELECT mps, paused_until FROM wa_outbox.rate_limits").fetchone() == (30, None)
