@@ -315,11 +315,12 @@ def test_resume_lifts_a_pause_and_brings_held_messages_back(logged_in, db):
     assert "1 message(s) it held back" in logged_in.get("/ops").get_data(as_text=True)
 
 
-def test_resume_sender_is_safe_to_repeat_and_unknown_senders_say_so(logged_in, settings, db):
+def test_resume_sender_is_safe_to_repeat_and_unknown_senders_move_nothing(logged_in, settings, db):
     from wa_outbox.db import create_engine
     engine = create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
     try:
-        assert outbox.resume_sender(engine, "999") is None
+        unknown = outbox.resume_sender(engine, "999")
+        assert unknown["was_paused_until"] is None and unknown["moved"] == 0
         db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, paused_until) "
                    "VALUES ('999', 1, 1, 0, now() + interval '1 minute')")
         assert outbox.resume_sender(engine, "999")["was_paused_until"] is not None
