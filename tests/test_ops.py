@@ -341,9 +341,12 @@ _PAGE_QUERIES = {
     "ops_throughput": ({}, {"notification_events_created_at"}),
     "ops_workers": ({}, {"workers_pkey"}),
     "ops_senders": ({}, {"rate_limits_pkey"}),
-    "ops_dead_groups": ({"groups": 50, "samples": 5}, {"notifications_dead_code"}),
+    "ops_dead_groups": ({"groups": 50, "samples": 5},
+                        [{"notifications_dead_code"}, {"notifications_dead_or_failed"}]),
+    # Either partial index of the dead letters serves it (by code then id, or by id filtering on the code): the
+    # planner picks by the statistics of the moment.
     "ops_dead_group_ids": ({"code": "131026", "up_to_id": 10, "before_id": None, "limit": 1000},
-                           {"notifications_dead_code"}),
+                           [{"notifications_dead_code"}, {"notifications_dead_or_failed"}]),
     "ops_search": ({"id": 5511987654321, "recipient": "5511987654321", "term": "5511987654321", "limit": 50},
                    {"notifications_pkey", "notifications_recipient", "notifications_correlation_id",
                     "notifications_wamid"}),
@@ -365,7 +368,9 @@ def test_every_page_query_is_index_backed(db, name):
     finally:
         db.execute("RESET enable_seqscan")
     used = set(re.findall(r"(?:Index|Index Only|Bitmap Index) Scan(?: Backward)? (?:using|on) (\w+)", plan))
-    assert used and indexes <= used, f"{name} does not use {sorted(indexes - used) or 'an index'}:\n{plan}"
+    alternatives = indexes if isinstance(indexes, list) else [indexes]
+    assert used and any(wanted <= used for wanted in alternatives), \
+        f"{name} does not use {' or '.join(str(sorted(w)) for w in alternatives)}:\n{plan}"
     assert "Seq Scan" not in plan, plan
 
 
