@@ -180,6 +180,10 @@ class Settings:
     unknown_policy: str = "resend"         # then: resend (if webhooks are arriving) or dead
     inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
     dry_run: bool = False                  # accept every send without calling Meta (staging, benchmarks)
+    # operations
+    metrics_token: str | None = field(default=None, repr=False)  # when set, /metrics needs it as a bearer token
+    worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
+    log_format: str | None = None          # json or console; None: console on a terminal, else json
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -222,6 +226,11 @@ class Settings:
             inbound_handlers=_parse(env, "WA_OUTBOX_INBOUND_HANDLERS", (), _handlers,
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
+            metrics_token=_parse(env, "WA_OUTBOX_METRICS_TOKEN", None, _token, "a token of at least 16 characters",
+                                 shown=_secret),
+            worker_metrics_port=_parse(env, "WA_OUTBOX_WORKER_METRICS_PORT", None, _port,
+                                       "a TCP port number (1-65535)"),
+            log_format=_parse(env, "LOG_FORMAT", None, _log_format, "json or console"),
         )
 
     def retry_policy(self) -> "RetryPolicy":
@@ -246,6 +255,18 @@ class Settings:
                               f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "
                               f"({self.connect_timeout + self.send_timeout + 5:g}), or live sends would be rescued")
         return self
+
+
+def _token(raw: str) -> str:
+    if len(raw) < 16:
+        raise _Invalid("shorter than 16 characters")
+    return raw
+
+
+def _log_format(raw: str) -> str:
+    if raw.lower() not in ("json", "console"):
+        raise ValueError
+    return raw.lower()
 
 
 def _policy(raw: str) -> str:

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from .. import db
 from ..config import ConfigError
+from ..metrics import WorkerMetrics
 from ..retry import RetryPolicy
 from ..states import TimelineEvent, WebhookEventStatus
 
@@ -137,6 +138,13 @@ def error_text(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+def inbound_result(outcome: dict) -> str:
+    """An event's outcome as the `result` label of wa_outbox_inbound_events_total."""
+    if outcome["status"] == WebhookEventStatus.QUEUED:
+        return "waiting" if outcome.get("refund") else "retry"
+    return str(outcome["status"])
+
+
 def _first_item(payload: Any, list_name: str) -> dict:
     value = payload.get("value") if isinstance(payload, dict) else None
     items = value.get(list_name) if isinstance(value, dict) else None
@@ -168,8 +176,10 @@ def load_handlers(paths: tuple[str, ...]) -> list[Handler]:
 
 class InboundProcessor:
     def __init__(self, engine: sa.Engine, worker_id: str, handlers: list[Handler],
-                 policy: RetryPolicy, lease_seconds: float, batch_size: int = 200):
+                 policy: RetryPolicy, lease_seconds: float, batch_size: int = 200,
+                 metrics: WorkerMetrics | None = None):
         self.engine = engine
+        self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.worker_id = worker_id
         self.handlers = handlers
         self.policy = policy
@@ -201,6 +211,7 @@ class InboundProcessor:
                     continue
                 if not keeper.holds(event["id"]):
                     self.stats["lease_lost"] += 1
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"], result="lease_lost")
                     log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
                                 extra={"correlation_id": event["correlation_id"]})
                     continue
@@ -209,6 +220,12 @@ class InboundProcessor:
             if outcomes:
                 db.execute(self.engine, "finish_webhook_events", {
                     "worker_id": self.worker_id, "outcomes": json.dumps(list(outcomes.values()))})
+                kinds = {e["id"]: e["kind"] for e in events}
+                for event_id, result in outcomes.items():
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=kinds[event_id],
+                                       result=inbound_result(result))
+                    if result["status"] == WebhookEventStatus.DEAD:
+                        self.metrics.count("wa_outbox_dead_letters_total", queue="webhook_events")
         finally:
             keeper.stop()
         self.stats["processed"] += len(events)
@@ -270,6 +287,7 @@ class InboundProcessor:
                 handler(public)
             return {"id": event["id"], "status": WebhookEventStatus.DONE}
         except Exception as exc:  # noqa: BLE001 - the application's code: retry, then dead-letter
+            self.metrics.count("wa_outbox_handler_failures_total")
             return self._failure(event, error_text(exc))
 
     def _failure(self, event: dict, error: str) -> dict:

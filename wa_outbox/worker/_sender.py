@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 
 from .. import db
+from ..metrics import WorkerMetrics
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import Action, Decision, SendResult, classify
@@ -29,6 +30,8 @@ from ._transport import Transport
 
 log = logging.getLogger("wa_outbox.worker")
 
+_PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
+                  Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
 
 
@@ -40,8 +43,9 @@ def one_line(exc: BaseException) -> str:
 
 class Sender:
     def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
-                 policy: RetryPolicy):
+                 policy: RetryPolicy, metrics: WorkerMetrics | None = None):
         self.engine = engine
+        self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.transport = transport
         self.settings = settings
         self.worker_id = worker_id
@@ -94,6 +98,7 @@ class Sender:
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps})
         self.stats["claimed"] += len(rows)
+        self.metrics.count("wa_outbox_claims_total", len(rows))
         return [Claimed(**row) for row in rows]
 
     def release_unsent_claims(self) -> list[int]:
@@ -130,6 +135,8 @@ class Sender:
         except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
+        else:
+            self.metrics.observe_send(result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
             try:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
@@ -189,6 +196,7 @@ class Sender:
 
     def _pause(self, row: Claimed, decision: Decision) -> None:
         """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
+        self.metrics.count("wa_outbox_throttle_pauses_total", reason=_PAUSE_REASONS[decision.action])
         if decision.action is Action.PAIR_LIMIT:
             db.execute(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
             return
@@ -205,6 +213,9 @@ class Sender:
         key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
             status, "throttled" if entry.get("refund") else "retry")
         self.stats[key] += 1
+        self.metrics.count("wa_outbox_sends_total", outcome=key, code="none" if decision.code is None else decision.code)
+        if status == "dead":
+            self.metrics.count("wa_outbox_dead_letters_total", queue="notifications")
         level = {"sent": logging.DEBUG, "dead": logging.WARNING}.get(status, logging.INFO)
         if log.isEnabledFor(level):
             log.log(level, "notification %s %s", row.id, entry["event"],
