@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 import re
+import time
 import uuid
 
 import psycopg
@@ -45,11 +46,15 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         given = request.headers.get("X-Correlation-Id", "")
         g.correlation_id = given if _CORRELATION_ID.fullmatch(given) else uuid.uuid4().hex
         logs.correlation_id.set(g.correlation_id)
+        g.started = time.perf_counter()
 
     @app.after_request
     def _echo_correlation_id(response):
         if "correlation_id" in g:
             response.headers["X-Correlation-Id"] = g.correlation_id
+        if logs.events.isEnabledFor(logging.DEBUG) and "started" in g:  # the console's line per request
+            logs.events.debug("%s %s %s %.1f ms", request.method, request.path, response.status_code,
+                              (time.perf_counter() - g.started) * 1000)
         return response
 
     errors.register(app)

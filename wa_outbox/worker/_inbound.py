@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 import psycopg
 import sqlalchemy as sa
 
-from .. import db
+from .. import db, logs
 from ..config import ConfigError
 from ..metrics import WorkerMetrics
 from ..retry import RetryPolicy
@@ -242,8 +242,13 @@ class InboundProcessor:
             entries.append(entry)
         rows, failures = self._isolated("apply_statuses", "statuses", entries, "event_id")
         outcomes = {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
-        for row in rows:
+        narrate = logs.events.isEnabledFor(logging.DEBUG)
+        for row in sorted(rows, key=lambda r: r["event_id"]) if narrate else rows:  # narrated in arrival order
             event_id, disposition = row["event_id"], row["disposition"]
+            if narrate and disposition == "applied" and row["status"] != "sent":  # the send said "sent" already
+                logs.events.debug("message %s %s", row["notification_id"], row["status"],
+                                  extra={"notification_id": row["notification_id"],
+                                         "correlation_id": by_id[event_id]["correlation_id"]})
             if disposition == "retry":  # waiting for the send to be recorded is no failure: the attempt is refunded
                 outcomes[event_id] = {"id": event_id, "status": WebhookEventStatus.QUEUED,
                                       "delay": STATUS_RETRY_SECONDS, "refund": True,

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import db, logs
 from ..metrics import WorkerMetrics
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
@@ -33,6 +33,21 @@ log = logging.getLogger("wa_outbox.worker")
 _PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
                   Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+
+
+def describe_outcome(entry: dict, attempt: int) -> str:
+    """A send's outcome in words, for one log line: `sent (wamid.…, 80 ms)`, `retry in 2.0 s (attempt 1): …`."""
+    detail = entry["detail"]
+    reason = detail.get("reason") or ""
+    if entry["status"] == "sent":
+        return f"sent ({detail.get('wamid')}, {detail.get('ms')} ms)"
+    if entry["status"] == "dead":
+        return f"dead (attempt {attempt}): {reason}"
+    if entry["status"] == "unknown":
+        return f"unknown (attempt {attempt}), waiting for a status webhook: {reason}"
+    if entry.get("refund"):
+        return f"waits ({entry['event']}, attempt not counted): {reason}"
+    return f"retry in {detail.get('retry_in_s')} s (attempt {attempt}): {reason}"
 
 
 def one_line(exc: BaseException) -> str:
@@ -99,6 +114,10 @@ class Sender:
             "default_mps": self.settings.rate_limit_mps})
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
+        if rows and logs.events.isEnabledFor(logging.DEBUG):
+            for row in rows:
+                logs.events.debug("message %s sending (attempt %d)", row["id"], row["attempts"],
+                                  extra={"notification_id": row["id"], "correlation_id": row["correlation_id"]})
         return [Claimed(**row) for row in rows]
 
     def release_unsent_claims(self) -> list[int]:
@@ -217,10 +236,11 @@ class Sender:
         if status == "dead":
             self.metrics.count("wa_outbox_dead_letters_total", queue="notifications")
         level = {"sent": logging.DEBUG, "dead": logging.WARNING}.get(status, logging.INFO)
-        if log.isEnabledFor(level):
-            log.log(level, "notification %s %s", row.id, entry["event"],
-                    extra={"notification_id": row.id, "correlation_id": row.correlation_id,
-                           "attempt": row.attempts, "detail": entry["detail"]})
+        logger = logs.events if status == "sent" else log  # a send is the narrative; the rest, news
+        if logger.isEnabledFor(level):
+            logger.log(level, "message %s %s", row.id, describe_outcome(entry, row.attempts),
+                       extra={"notification_id": row.id, "correlation_id": row.correlation_id,
+                              "attempt": row.attempts, "detail": entry["detail"]})
 
     # --- shutdown ----------------------------------------------------------------------------------------------------
 
