@@ -91,7 +91,7 @@ def test_db_takes_alembic_revision_words(scratch_url):
     up = runner.invoke(cli.main, ["db", "upgrade", revisions[0]], env=env)
     assert up.exit_code == 0 and up.output.strip() == f"wa-outbox: schema at {revisions[0]}", up.output
     up = runner.invoke(cli.main, ["db", "upgrade", "head"], env=env)
-    assert up.output.strip() == f"wa-outbox: schema at {revisions[-1]}"
+    assert up.output.strip() == f"wa-outbox: schema at head ({revisions[-1]})"
     down = runner.invoke(cli.main, ["db", "downgrade", "-1"], env=env)
     assert down.exit_code == 0 and down.output.strip() == f"wa-outbox: schema at {revisions[-2]}", down.output
     base = runner.invoke(cli.main, ["db", "downgrade", "base"], env=env)

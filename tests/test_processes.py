@@ -40,7 +40,7 @@ def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 20) -> None
         try:
             if requests.get(url, timeout=1).ok:
                 return
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # a worker still booting on a busy machine
             time.sleep(0.1)
     raise AssertionError(f"{url} did not come up")
 

@@ -150,7 +150,7 @@ def db_downgrade(revision: str) -> None:
     settings = _settings()
     migrate.downgrade(settings.database_url, revision)
     at = _schema_at(settings.database_url)
-    if at == "base":
+    if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
         import psycopg
         from .db import query
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
@@ -167,7 +167,10 @@ def _schema_at(database_url: str) -> str:
             row = conn.execute(query("schema_version")).fetchone()
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             return "base"
-    return row[0] if row else "base"
+    if not row:
+        return "base"
+    from . import migrate
+    return f"head ({row[0]})" if row[0] == migrate.head() else row[0]
 
 
 @db.command("current")
