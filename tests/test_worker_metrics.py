@@ -154,3 +154,52 @@ def test_worker_serves_its_own_metrics_port_when_asked(db, sender, sim, settings
     assert found[("wa_outbox_claims_total", ())] == 1
     assert found[("wa_outbox_sends_total", (("code", "none"), ("outcome", "sent")))] == 1
     assert SENDER  # the default sender sent it
+
+
+def test_under_gunicorn_each_series_appears_once_never_once_per_worker_process(database_url, db, engine):
+    import signal
+    import subprocess
+    import sys
+
+    import requests
+
+    from tests.test_processes import ROOT, service_env, wait_until_up
+    metrics = WorkerMetrics()
+    metrics.count("wa_outbox_claims_total", 3)
+    MetricsFlusher(engine, "w1", metrics).flush()
+    port, token = free_port(), "metrics-token-0123456789"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", "wsgi:app"], cwd=ROOT,
+        env=service_env(database_url, WA_OUTBOX_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="3",
+                        WA_OUTBOX_METRICS_TOKEN=token),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(f"{base}/healthz", proc)
+        assert requests.get(f"{base}/metrics", timeout=10).status_code == 401
+        for _ in range(6):  # scrapes answered by different gunicorn worker processes
+            text = requests.get(f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10).text
+            claims = [line for line in text.splitlines() if line.startswith("wa_outbox_claims_total")]
+            assert claims == ["wa_outbox_claims_total 3.0"], text
+            assert [line for line in text.splitlines() if line.startswith("wa_outbox_database_up")] == \
+                ["wa_outbox_database_up 1.0"]
+            assert len([line for line in text.splitlines() if line.startswith("wa_outbox_workers_alive")]) == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+    assert token not in output
+
+
+def test_openmetrics_as_prometheus_asks_for_it(client, engine):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    metrics = WorkerMetrics()
+    metrics.observe_send(0.3)
+    MetricsFlusher(engine, "w1", metrics).flush()
+    response = client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+    families = {f.name: f for f in parse_openmetrics(response.get_data(as_text=True))}
+    histogram = {s.labels.get("le"): s.value for s in families["wa_outbox_send_duration_seconds"].samples
+                 if s.name.endswith("_bucket")}
+    assert histogram["0.25"] == 0 and histogram["0.5"] == 1 and histogram["+Inf"] == 1
+    assert families["wa_outbox_database_up"].samples[0].value == 1
