@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import post_webhook
 from tests.live import running_worker, wait_for, worker_settings
-from tests.test_worker_metrics import enqueue, samples, status_of
+from tests.test_worker_metrics import enqueue, no_worker_metrics, samples, status_of  # noqa: F401 - autouse
 from tests.test_worker_process import start_worker_process
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -203,3 +203,17 @@ def test_openmetrics_as_prometheus_asks_for_it(client, engine):
                  if s.name.endswith("_bucket")}
     assert histogram["0.25"] == 0 and histogram["0.5"] == 1 and histogram["+Inf"] == 1
     assert families["wa_outbox_database_up"].samples[0].value == 1
+
+
+def test_an_inbound_event_that_died_with_its_worker_counts_as_a_dead_letter(database_url, db, client, settings):
+    from wa_outbox.worker import Worker
+    db.execute("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload, status, attempts, max_attempts, "
+               "locked_by, locked_until) VALUES ('d:x', 'calls', 'change', '{}', 'processing', 3, 3, 'gone', "
+               "now() - interval '1 minute')")
+    worker = Worker(settings)
+    try:
+        worker.maintain()  # rescues it (its last attempt was lost: dead) and writes the metrics
+    finally:
+        worker.engine.dispose()
+    assert db.execute("SELECT status FROM wa_outbox.webhook_events").fetchone()[0] == "dead"
+    assert scrape(client)[("wa_outbox_dead_letters_total", (("queue", "webhook_events"),))] == 1

@@ -251,10 +251,10 @@ class Worker:
     def maintain(self) -> None:
         """One round of maintenance (also callable from tests)."""
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
-                     self.metrics_flusher.flush,  # the heartbeat carries the metrics: one statement
-                     lambda: self.metrics_flusher.retire(stopping=False),
-                     lambda: rescue(self.engine, self.worker_id, self.policy),
+                     lambda: rescue(self.engine, self.worker_id, self.policy, metrics=self.metrics),
                      self._settle_unknown,
+                     self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too
+                     lambda: self.metrics_flusher.retire(stopping=False),
                      lambda: analyze_if_never(self.engine)):
             try:
                 step()
