@@ -10,7 +10,7 @@ from wa_outbox import cli
 
 @pytest.fixture
 def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)  # keep pytest's log capture
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)  # keep pytest's log capture
     env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
 
     def invoke(*args: str, input: str | None = None):
@@ -113,7 +113,7 @@ def closed_port() -> int:
 
 @pytest.fixture
 def run_against(monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
 
     def invoke(database_url: str, *args: str):
         return CliRunner().invoke(cli.main, list(args), env={"DATABASE_URL": database_url},

@@ -72,9 +72,26 @@ def test_dev_runs_the_whole_system_and_ctrl_c_stops_it(database_url, db):
         assert recipients == ["5511900000001", "5511900000002", "5511987654321"]  # once each; the dead one never
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
-        output = proc.communicate(timeout=40)[0]
+        # Everything stops within a few seconds (the children get a short grace, then SIGKILL), never gunicorn's 25 s
+        output = proc.communicate(timeout=20)[0]
     assert proc.returncode == 0, output
     assert "curl" in output and f"127.0.0.1:{sim_port}/v23.0" in output
+    # one readable line per event, prefixed by the process it came from; no JSON, no start-up chatter
+    lines = output.splitlines()
+    assert not [line for line in lines if line.split("| ", 1)[-1].startswith("{")], output
+    assert "Running upgrade" not in output and "initdb" not in output
+    first = timeline["id"]
+
+    def said(prefix: str, text: str) -> bool:
+        return any(line.startswith(prefix) and text in line for line in lines)
+    assert said("web    | ", f"message {first} queued for +5511987654321")
+    assert said("web    | ", "POST /v1/messages 202")
+    assert said("worker | ", f"message {first} sending (attempt 1)")
+    assert said("worker | ", f"message {first} sent (wamid.")
+    assert said("worker | ", f"message {first} delivered") and said("worker | ", f"message {first} read")
+    assert said("worker | ", f"message {retried['id']} retry in") and said("worker | ", "131000")
+    assert said("worker | ", f"message {dead['id']} dead (attempt 1): 131026")
+    assert said("sim    | ", "listening on")
     assert port_is_free(web_port) and port_is_free(sim_port)
     leftovers = subprocess.run(["pgrep", "-f", f"--port {sim_port}"], capture_output=True, text=True).stdout
     assert leftovers.strip() == ""

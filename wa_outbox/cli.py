@@ -16,7 +16,7 @@ import time
 
 import click
 
-from . import logs
+from . import __version__, logs
 from .config import ConfigError, Settings, redact_url, scrub
 from .db import with_database
 
@@ -30,12 +30,14 @@ DEV_DEFAULTS = {
 }
 
 
-def _settings() -> Settings:
+def _settings(*, service: bool = False) -> Settings:
+    """The settings from the environment, with a database; logging configured: to stdout for a service (web, worker:
+    the platform collects stdout), to stderr for every other command (its results alone go to stdout)."""
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from None
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format, sys.stdout if service else sys.stderr)
     try:
         return with_database(settings)
     except ConfigError as exc:
@@ -115,6 +117,7 @@ def _is_database_error(exc: BaseException | None) -> bool:
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="wa-outbox", message="%(prog)s %(version)s")
 def main() -> None:
     """wa-outbox: reliable WhatsApp Cloud API messaging with Postgres as the only moving part."""
 
@@ -127,23 +130,47 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--revision", default="head", show_default=True)
-def db_upgrade(revision: str) -> None:
-    """Apply migrations (the Procfile's release phase)."""
+@click.argument("revision", required=False)
+@click.option("--revision", "revision_option", hidden=True, help="The same as REVISION (older spelling).")
+def db_upgrade(revision: str | None, revision_option: str | None) -> None:
+    """Apply migrations up to REVISION (default `head`; `+1` one step) — the Procfile's release phase."""
     from . import migrate
     settings = _settings()
-    migrate.upgrade(settings.database_url, revision)
+    migrate.upgrade(settings.database_url, revision or revision_option or "head")
     _record_default_sender(settings)
-    click.echo(f"wa-outbox: schema at {revision}")
+    click.echo(f"wa-outbox: schema at {_schema_at(settings.database_url)}")
 
 
-@db.command("downgrade")
+@db.command("downgrade", context_settings={"ignore_unknown_options": True})
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
-    """Revert migrations down to REVISION (`base` removes every wa-outbox table)."""
+    """Revert migrations down to REVISION: a revision id, `-1` (one step) or `base` (removes every wa-outbox
+    object)."""
     from . import migrate
-    migrate.downgrade(_settings().database_url, revision)
-    click.echo(f"wa-outbox: schema at {revision}")
+    settings = _settings()
+    migrate.downgrade(settings.database_url, revision)
+    at = _schema_at(settings.database_url)
+    if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
+        import psycopg
+        from .db import query
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(query("drop_empty_schema"))
+    click.echo(f"wa-outbox: schema at {at}")
+
+
+def _schema_at(database_url: str) -> str:
+    """The applied revision, or `base` when none is (the schema is gone)."""
+    import psycopg
+    from .db import query
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        try:
+            row = conn.execute(query("schema_version")).fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return "base"
+    if not row:
+        return "base"
+    from . import migrate
+    return f"head ({row[0]})" if row[0] == migrate.head() else row[0]
 
 
 @db.command("current")
@@ -229,7 +256,7 @@ def _record_default_sender(settings: Settings) -> None:
 @click.option("--port", type=int, help="Port to listen on (default $PORT or 8000).")
 def web(port: int | None) -> None:
     """Serve the web app with gunicorn (webhooks, /v1 API, health, metrics)."""
-    settings = _settings()
+    settings = _settings(service=True)
     if port:
         os.environ["PORT"] = str(port)
     try:
@@ -246,7 +273,7 @@ def worker() -> None:
     A database that cannot be reached, or is not migrated yet (the release phase still running), is waited for with
     capped exponential backoff, one log line per attempt; SIGTERM or SIGINT while waiting exits 0 at once."""
     from .worker import Worker, wait_until_ready
-    settings = _settings()
+    settings = _settings(service=True)
     try:
         settings.require_worker()
     except ConfigError as exc:
@@ -286,6 +313,10 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
     os.environ["PORT"] = str(port)
     os.environ["WA_OUTBOX_BIND"] = f"127.0.0.1:{port}"
     os.environ.setdefault("WA_OUTBOX_POLL_INTERVAL", "0.5")
+    os.environ.setdefault("WA_OUTBOX_SHUTDOWN_GRACE", "3")  # Ctrl-C stops everything within a few seconds
+    # One readable line per event, prefixed per process (the children write to a pipe: tell them it is for people).
+    os.environ.setdefault("LOG_FORMAT", "console")
+    os.environ["PYTHONUNBUFFERED"] = "1"
     simulate = "WHATSAPP_API_BASE_URL" not in os.environ
     sim_url = f"http://127.0.0.1:{simulator_port}"
     if simulate:
@@ -298,7 +329,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
     web_url = f"http://127.0.0.1:{port}"
     children = {"web": _gunicorn_command(), "worker": [sys.executable, "-m", "wa_outbox.cli", "worker"]}
     if simulate:
-        children["simulator"] = [sys.executable, "-m", "wa_outbox.cli", "simulator", "--port", str(simulator_port),
+        children["sim"] = [sys.executable, "-m", "wa_outbox.cli", "simulator", "--port", str(simulator_port),
                                  "--webhook-url", f"{web_url}/webhooks/whatsapp",
                                  "--status-delay-ms", str(status_delay_ms)]
     token = settings.api_tokens[0]
@@ -315,12 +346,15 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                f"\"Hello from wa-outbox\"}}}}}}' {web_url}/v1/messages | sed 's/.*\"id\": *\\([0-9]*\\).*/\\1/'); "
                f"sleep 1; curl -s {auth} {web_url}/v1/messages/$ID")
     if simulate:
-        click.echo("wa-outbox dev: make Meta misbehave (30% transient errors, 20% lost responses):")
+        click.echo("wa-outbox dev: make Meta misbehave (30% transient errors, 20% lost responses, and +5511900000003 "
+                   "undeliverable: a dead letter):")
         click.echo(f"  curl -s -X PUT {sim_url}/_admin/faults -H 'Content-Type: application/json' -d "
-                   f"'[{{\"mode\": \"error\", \"code\": 131000, \"rate\": 0.3}}, "
+                   f"'[{{\"mode\": \"error\", \"code\": 131026, \"match\": {{\"to\": \"5511900000003\"}}}}, "
+                   f"{{\"mode\": \"error\", \"code\": 131000, \"rate\": 0.3}}, "
                    f"{{\"mode\": \"lost_response\", \"rate\": 0.2}}]'")
     click.echo("wa-outbox dev: Ctrl-C stops everything")
-    sys.exit(_run_children(children))
+    sys.stdout.flush()
+    sys.exit(_run_children(children, grace=5.0, stop_signal=signal.SIGINT, prefixed=True))
 
 
 # --- operators: send, status, dead-letter queue, rate limits, retention ------------------------------------------------
@@ -372,17 +406,24 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
 
 @main.command()
 @click.argument("term")
-def status(term: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message (with its timeline when found "
+                                                      "by id) instead of text.")
+def status(term: str, as_json: bool) -> None:
     """Was it sent? TERM is a message id, a phone number or a correlation id."""
     from . import outbox
     engine = _engine(_settings())
     shown = False
-    if term.isdigit() and len(term) < 19:
-        found = outbox.get(engine, int(term))
-        if found:
-            _print_notification(found)
-            shown = True
-    matches = [m for m in outbox.find(engine, term) if not shown or m["id"] != int(term)]
+    found = outbox.get(engine, int(term)) if term.isdigit() and len(term) < 19 else None
+    matches = [m for m in outbox.find(engine, term) if not found or m["id"] != found["id"]]
+    if as_json:
+        for row in ([found] if found else []) + matches:
+            _echo_json(row)
+        if not found and not matches:
+            raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")
+        return
+    if found:
+        _print_notification(found)
+        shown = True
     if matches:
         if shown:
             click.echo("")
@@ -393,6 +434,11 @@ def status(term: str) -> None:
         shown = True
     if not shown:
         raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")
+
+
+def _echo_json(row: dict) -> None:
+    """One result as one line of JSON on stdout (`--json`)."""
+    click.echo(_json.dumps(row, default=_json_default, ensure_ascii=False))
 
 
 def _print_notification(n: dict) -> None:
@@ -415,11 +461,18 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
 @click.option("--code", type=int, help="Only this Graph error code.")
-def dlq_list(limit: int, code: int | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per dead message instead of a table.")
+def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
+    """List dead messages, newest first, with their reasons."""
     from . import outbox
     rows = outbox.list_dead(_engine(_settings()), limit=limit, code=code)
+    if as_json:
+        for r in rows:
+            _echo_json(r)
+        click.echo(f"({len(rows)} shown)", err=True)
+        return
     # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
     click.echo("id\tstatus\trecipient\tattempts\tdied_at\treason")
     for r in rows:
@@ -430,12 +483,17 @@ def dlq_list(limit: int, code: int | None) -> None:
 
 @dlq.command("show")
 @click.argument("notification_id", type=int)
-def dlq_show(notification_id: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The message and its timeline as one JSON object.")
+def dlq_show(notification_id: int, as_json: bool) -> None:
+    """Show one message (dead or not) with its last error and whole timeline."""
     from . import outbox
     found = outbox.get(_engine(_settings()), notification_id)
     if not found:
         raise click.ClickException(f"no message {notification_id}")
-    _print_notification(found)
+    if as_json:
+        _echo_json(found)
+    else:
+        _print_notification(found)
 
 
 @dlq.command("retry")
@@ -472,9 +530,14 @@ def dlq_purge(ids, all_dead, older_than_days, yes) -> None:
     if all_dead and not yes:
         click.confirm("Delete every dead message" + (f" older than {older_than_days} days" if older_than_days
                                                      else "") + "?", abort=True)
-    purged = outbox.purge_dead(_engine(_settings()), ids=list(ids), all_dead=all_dead,
-                               older_than_days=older_than_days)
+    engine = _engine(_settings())
+    dead_before = {i for i in set(ids) if (row := outbox.get(engine, i)) and row["status"] == "dead"}
+    purged = outbox.purge_dead(engine, ids=list(ids), all_dead=all_dead, older_than_days=older_than_days)
     click.echo(f"purged {purged}")
+    # As for retry: an id that was not purged (not found, not dead, or too recent) is an error (exit status 1).
+    left = (set(ids) - dead_before) | {i for i in dead_before if outbox.get(engine, i)}
+    if left:
+        raise click.ClickException(f"not dead, too recent, or not found: {' '.join(map(str, sorted(left)))}")
 
 
 @main.group()
@@ -483,9 +546,15 @@ def ratelimit() -> None:
 
 
 @ratelimit.command("show")
-def ratelimit_show() -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per sender instead of a table.")
+def ratelimit_show(as_json: bool) -> None:
+    """Every sender's rate, burst, tokens and pause."""
     from . import outbox
     rows = outbox.ratelimits(_engine(_settings()))
+    if as_json:
+        for r in rows:
+            _echo_json(r)
+        return
     # burst "default": the default pacing (never more than mps in any one-second window); refill and capacity are
     # the bucket that makes.
     click.echo("phone_number_id\tmps\tburst\trefill\tcapacity\ttokens\tpaused_until\tpause_reason")
@@ -740,9 +809,25 @@ def _gunicorn_command() -> list[str]:
     return [sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", "wa_outbox.web.wsgi:app"]
 
 
-def _run_children(commands: dict[str, list[str]]) -> int:
-    """Run child processes until one exits or we are told to stop; then stop them all (SIGTERM, then SIGKILL)."""
-    children = {name: subprocess.Popen(cmd) for name, cmd in commands.items()}
+# honcho's colours: each process's lines start with its name in its own colour.
+_PREFIX_COLOURS = ("\033[36m", "\033[33m", "\033[32m", "\033[35m", "\033[34m")
+
+
+def _run_children(commands: dict[str, list[str]], *, grace: float = 28.0, stop_signal: int = signal.SIGTERM,
+                  prefixed: bool = False) -> int:
+    """Run child processes until one exits or we are told to stop (SIGINT, SIGTERM); then stop them all.
+
+    Each child leads its own process group, so Ctrl-C reaches only this process, which sends `stop_signal` to every
+    child's whole group (gunicorn's workers included) and SIGKILLs the groups still there after `grace` seconds.
+    With `prefixed`, each output line is shown as `name | line` (coloured on a terminal), as honcho does."""
+    pipe = subprocess.PIPE if prefixed else None
+    children = {name: subprocess.Popen(cmd, start_new_session=True, stdout=pipe,
+                                       stderr=subprocess.STDOUT if prefixed else None, preexec_fn=_die_with_parent)
+                for name, cmd in commands.items()}
+    pumps = [threading.Thread(target=_pump, args=(proc, _prefix(name, i, commands)), daemon=True)
+             for i, (name, proc) in enumerate(children.items())] if prefixed else []
+    for pump in pumps:
+        pump.start()
     stopping = False
 
     def _stop(signum, frame):
@@ -760,16 +845,50 @@ def _run_children(commands: dict[str, list[str]]) -> int:
             break
         time.sleep(0.2)
     for proc in children.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 28
-    for proc in children.values():
+        _signal_group(proc, stop_signal)
+    deadline = time.monotonic() + grace
+    for name, proc in children.items():
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            click.echo(f"wa-outbox: {name} still running after {grace:g} s: killed", err=True)
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
+        _signal_group(proc, signal.SIGKILL)  # anything its group left behind (a stuck gunicorn worker)
+    for pump in pumps:
+        pump.join(timeout=2)
     return status
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM should this process die without stopping its children."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _prefix(name: str, index: int, commands: dict) -> str:
+    width = max(len(n) for n in commands)
+    label = f"{name:<{width}} |"
+    if sys.stdout.isatty():
+        return f"{_PREFIX_COLOURS[index % len(_PREFIX_COLOURS)]}{label}\033[0m "
+    return f"{label} "
+
+
+def _pump(proc: subprocess.Popen, prefix: str) -> None:
+    for raw in iter(proc.stdout.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        sys.stdout.write(f"{prefix}{line}\n")
+        sys.stdout.flush()
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -181,6 +181,10 @@ class Settings:
     inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
     dry_run: bool = False                  # accept every send without calling Meta (staging, benchmarks)
     validate: str = "off"                  # "meta": refuse at enqueue what Meta's schema refuses (meta_schema.py)
+    # operations
+    metrics_token: str | None = field(default=None, repr=False)  # when set, /metrics needs it as a bearer token
+    worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
+    log_format: str | None = None          # json or console; None: console on a terminal, else json
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -224,6 +228,11 @@ class Settings:
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
             validate=_validate_mode(env),
+            metrics_token=_parse(env, "WA_OUTBOX_METRICS_TOKEN", None, _token, "a token of at least 16 characters",
+                                 shown=_secret),
+            worker_metrics_port=_parse(env, "WA_OUTBOX_WORKER_METRICS_PORT", None, _port,
+                                       "a TCP port number (1-65535)"),
+            log_format=_parse(env, "LOG_FORMAT", None, _log_format, "json or console"),
         )
 
     def retry_policy(self) -> "RetryPolicy":
@@ -254,6 +263,18 @@ def _validate_mode(env: Mapping[str, str]) -> str:
     """WA_OUTBOX_VALIDATE, checked at start-up (`meta` needs jsonschema): enqueue reads the same variable."""
     from .meta_schema import mode
     return mode(env)
+
+
+def _token(raw: str) -> str:
+    if len(raw) < 16:
+        raise _Invalid("shorter than 16 characters")
+    return raw
+
+
+def _log_format(raw: str) -> str:
+    if raw.lower() not in ("json", "console"):
+        raise ValueError
+    return raw.lower()
 
 
 def _policy(raw: str) -> str:

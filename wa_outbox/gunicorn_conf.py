@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from wa_outbox.config import ConfigError, Settings
+from wa_outbox.logs import choose_format
 
 try:
     _settings = Settings.from_env().require_web()
@@ -25,14 +26,16 @@ keepalive = 5
 max_requests = 0
 accesslog = None                             # request metrics go to /metrics; app logs are JSON on stdout
 loglevel = _settings.log_level.lower()
-# gunicorn's own lines (start, worker boot/exit, signals) as JSON on stdout too, like the app's.
+# gunicorn's own lines (start, worker boot/exit, signals) on stdout too, in the app's format (LOG_FORMAT).
+_FORMATTERS = {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                        "fmt": "{asctime}{levelname}{name}{message}", "style": "{",
+                        "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"}},
+               "console": {"()": "wa_outbox.logs.ConsoleFormatter"}}
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
-                            "fmt": "{asctime}{levelname}{name}{message}", "style": "{",
-                            "rename_fields": {"asctime": "ts", "levelname": "level", "name": "logger"}}},
-    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+    "formatters": {"app": _FORMATTERS[choose_format(_settings.log_format, sys.stdout)]},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "app", "stream": "ext://sys.stdout"}},
     "root": {"level": _settings.log_level, "handlers": []},  # the app configures its own (wa_outbox.logs)
     "loggers": {"gunicorn.error": {"handlers": ["stdout"], "level": _settings.log_level, "propagate": False},
                 "gunicorn.access": {"handlers": [], "propagate": False}},

@@ -1,39 +1,153 @@
-"""The service's own Prometheus metrics (request metrics come from prometheus-flask-exporter)."""
+"""The service's own Prometheus metrics (request metrics come from prometheus-flask-exporter).
 
-from prometheus_client import Counter, Gauge
+Three kinds:
+- counted in the web process (`webhook_events`, `webhook_rejected`): prometheus_client counters, aggregated over
+  gunicorn's worker processes by its multiprocess mode;
+- read from Postgres at scrape time (queue depths and ages, heartbeats, paused senders, `wa_outbox_database_up`);
+- counted by the workers (sends, latency, claims, pauses, inbound results, dead letters): each worker keeps them in
+  memory (`WorkerMetrics`) and writes its cumulative totals to `wa_outbox.worker_metrics` with every heartbeat, and
+  `/metrics` sums them over all workers, running and gone — a worker dyno cannot be scraped on Heroku.
+
+The last two are built fresh for each scrape by the process answering it (`scrape_families`), so under gunicorn they
+appear once, never once per worker process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from typing import Iterable, Iterator
+
+from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 webhook_events = Counter("wa_outbox_webhook_events_total",
                          "Inbound webhook updates received, by whether they were new or a duplicate", ["result"])
 webhook_rejected = Counter("wa_outbox_webhook_rejected_total",
                            "Webhook POSTs refused before storing anything, by reason", ["reason"])
 
-# Queue state, read from Postgres when /metrics is scraped (so any web process reports the truth of every worker).
-# "livemostrecent": in gunicorn's multiprocess mode the most recently scraped value wins.
-queue_rows = Gauge("wa_outbox_queue_rows",
-                   "Rows by queue and status (dead, and Meta-failed messages: the dead-letter queue)",
-                   ["queue", "status"], multiprocess_mode="livemostrecent")
-queue_oldest_age = Gauge("wa_outbox_queue_oldest_age_seconds", "Age of the oldest row by queue and status",
-                         ["queue", "status"], multiprocess_mode="livemostrecent")
-workers_alive = Gauge("wa_outbox_workers_alive", "Workers with a heartbeat in the last 30 s",
-                      multiprocess_mode="livemostrecent")
-worker_heartbeat_age = Gauge("wa_outbox_worker_heartbeat_age_seconds",
-                             "Seconds since the most recent worker heartbeat (-1: no worker ever)",
-                             multiprocess_mode="livemostrecent")
-senders_paused = Gauge("wa_outbox_senders_paused", "Sender numbers paused by throttling or errors that need a human",
-                       multiprocess_mode="livemostrecent")
-
 _QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead", "failed"),
                    "webhook_events": ("queued", "processing", "dead")}
 
+# --- what the workers count -----------------------------------------------------------------------------------------
+# name → (help, label names, label values always shown even at 0: so alerts and dashboards find a series).
+WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
+    "wa_outbox_sends_total": (
+        "Cloud API sends by outcome (sent, retry, throttled, unknown, dead) and Graph error code (none: no error)",
+        ("outcome", "code"), ()),
+    "wa_outbox_dead_letters_total": (
+        "Messages (queue=notifications) and inbound webhook events (queue=webhook_events) that went dead",
+        ("queue",), (("notifications",), ("webhook_events",))),
+    "wa_outbox_throttle_pauses_total": (
+        "Pauses applied after a send: sender_throttled (rate limit), sender_paused (needs a human), pair_limit",
+        ("reason",), (("sender_throttled",), ("sender_paused",), ("pair_limit",))),
+    "wa_outbox_claims_total": ("Messages claimed for sending", (), ((),)),
+    "wa_outbox_inbound_events_total": (
+        "Inbound webhook events processed, by kind (status, message, change) and result (done, retry, waiting, dead, "
+        "lease_lost)", ("kind", "result"), ()),
+    "wa_outbox_handler_failures_total": ("Inbound handler calls that raised", (), ((),)),
+}
+SEND_DURATION = "wa_outbox_send_duration_seconds"
+SEND_DURATION_HELP = "Cloud API call latency, from request to answer (or timeout)"
+SEND_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
 
-def refresh_queue_gauges(rows: list[dict]) -> None:
-    """Set the queue gauges from queue_metrics.sql rows (queue, status, rows, age); absent statuses read 0."""
-    seen = {(r["queue"], r["status"]): (r["rows"], r["age"]) for r in rows}
-    for queue, statuses in _QUEUE_STATUSES.items():
-        for status in statuses:
-            n, age = seen.get((queue, status), (0, 0))
-            queue_rows.labels(queue, status).set(n)
-            queue_oldest_age.labels(queue, status).set(float(age))
-    workers_alive.set(seen.get(("workers", "alive"), (0, 0))[0])
-    worker_heartbeat_age.set(float(seen.get(("workers", "alive"), (0, -1))[1]))
-    senders_paused.set(seen.get(("senders", "paused"), (0, 0))[0])
+
+def series_key(metric: str, labels: dict[str, str]) -> tuple[str, str]:
+    """A series' identity: its stored name and its labels as canonical JSON (the table's key is the jsonb)."""
+    return metric, json.dumps(labels, sort_keys=True)
+
+
+class WorkerMetrics:
+    """One worker's counters and latency histogram, in memory; thread-safe, no I/O. `snapshot()` gives cumulative
+    values since the worker started, written to Postgres with each heartbeat."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, str], float] = {}
+        for name, (_, _, shown) in WORKER_COUNTERS.items():
+            for values in shown:
+                self._values[series_key(name, dict(zip(WORKER_COUNTERS[name][1], values)))] = 0.0
+        self._buckets = [0] * (len(SEND_DURATION_BUCKETS) + 1)  # the last one: above every bound (+Inf only)
+        self._duration_sum = 0.0
+
+    def count(self, name: str, amount: float = 1, **labels: object) -> None:
+        key = series_key(name, {k: str(v) for k, v in labels.items()})
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def observe_send(self, seconds: float) -> None:
+        with self._lock:
+            self._buckets[bisect.bisect_left(SEND_DURATION_BUCKETS, seconds)] += 1
+            self._duration_sum += seconds
+
+    def snapshot(self) -> dict[tuple[str, str], float]:
+        """Every series, cumulative: counters, and the histogram as Prometheus stores it (`_bucket` per `le`,
+        cumulative; `_sum`; `_count`)."""
+        with self._lock:
+            values = dict(self._values)
+            buckets, total = list(self._buckets), self._duration_sum
+        running = 0
+        for bound, n in zip((*map(_le, SEND_DURATION_BUCKETS), "+Inf"), buckets):
+            running += n
+            values[series_key(f"{SEND_DURATION}_bucket", {"le": bound})] = float(running)
+        values[series_key(f"{SEND_DURATION}_sum", {})] = total
+        values[series_key(f"{SEND_DURATION}_count", {})] = float(running)
+        return values
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def worker_families(totals: Iterable[dict]) -> Iterator[Metric]:
+    """The workers' metric families from rows (metric, labels (dict), value): the sums over all workers."""
+    by_metric: dict[str, list[tuple[dict, float]]] = {}
+    for row in totals:
+        by_metric.setdefault(row["metric"], []).append((row["labels"], float(row["value"])))
+    for name, (help_text, label_names, shown) in WORKER_COUNTERS.items():
+        family = CounterMetricFamily(name, help_text, labels=label_names)
+        seen = set()
+        for labels, value in by_metric.get(name, ()):
+            values = tuple(str(labels.get(label, "")) for label in label_names)
+            seen.add(values)
+            family.add_metric(values, value)
+        for values in shown:
+            if values not in seen:
+                family.add_metric(values, 0.0)
+        yield family
+    buckets = {labels.get("le"): value for labels, value in by_metric.get(f"{SEND_DURATION}_bucket", ())}
+    bounds = (*map(_le, SEND_DURATION_BUCKETS), "+Inf")
+    total = sum(v for _, v in by_metric.get(f"{SEND_DURATION}_sum", ()))
+    histogram = HistogramMetricFamily(SEND_DURATION, SEND_DURATION_HELP)
+    histogram.add_metric([], [(b, buckets.get(b, 0.0)) for b in bounds], total)
+    yield histogram
+
+
+def database_families(queue_rows: list[dict] | None, worker_rows: list[dict] | None) -> Iterator[Metric]:
+    """What /metrics reads from Postgres at scrape time. None for both: the database did not answer — then only
+    `wa_outbox_database_up 0` (and the workers' families, empty), never stale numbers."""
+    up = GaugeMetricFamily("wa_outbox_database_up", "1 when the web process's database answered this scrape, else 0")
+    up.add_metric([], 0.0 if queue_rows is None else 1.0)
+    yield up
+    rows = GaugeMetricFamily("wa_outbox_queue_rows", "Rows by queue and status (dead = the dead-letter queue)",
+                             labels=("queue", "status"))
+    ages = GaugeMetricFamily("wa_outbox_queue_oldest_age_seconds", "Age of the oldest row by queue and status",
+                             labels=("queue", "status"))
+    alive = GaugeMetricFamily("wa_outbox_workers_alive", "Workers with a heartbeat in the last 30 s")
+    heartbeat = GaugeMetricFamily("wa_outbox_worker_heartbeat_age_seconds",
+                                  "Seconds since the most recent worker heartbeat (-1: no worker ever)")
+    paused = GaugeMetricFamily("wa_outbox_senders_paused",
+                               "Sender numbers paused by throttling or errors that need a human")
+    if queue_rows is not None:
+        seen = {(r["queue"], r["status"]): (r["rows"], r["age"]) for r in queue_rows}
+        for queue, statuses in _QUEUE_STATUSES.items():
+            for status in statuses:
+                n, age = seen.get((queue, status), (0, 0))
+                rows.add_metric((queue, status), float(n))
+                ages.add_metric((queue, status), float(age))
+        alive.add_metric([], float(seen.get(("workers", "alive"), (0, 0))[0]))
+        heartbeat.add_metric([], float(seen.get(("workers", "alive"), (0, -1))[1]))
+        paused.add_metric([], float(seen.get(("senders", "paused"), (0, 0))[0]))
+    yield from (rows, ages, alive, heartbeat, paused)
+    yield from worker_families(worker_rows or ())

@@ -5,6 +5,7 @@ DROP INDEX wa_outbox.notifications_dead_code;
 DROP INDEX wa_outbox.notification_events_created_at;
 
 -- == Metrics from the workers ======================================================================================
+DROP TABLE wa_outbox.worker_metrics;
 
 -- == Campaigns: steering ===========================================================================================
 DROP TRIGGER notifications_park_paused_campaign ON wa_outbox.notifications;

@@ -250,6 +250,20 @@ CREATE TRIGGER notifications_park_paused_campaign
 
 
 -- == Metrics from the workers ======================================================================================
+-- Each worker's cumulative counters and latency buckets (wa_outbox/metrics.py), written with its heartbeat and summed
+-- over all workers by /metrics: a worker dyno cannot be scraped. A worker's values only grow while it runs; when it
+-- stops cleanly, or after a day without writing (killed), its rows are added into the rows of worker_id 'retired'
+-- and deleted (retire_worker_metrics.sql), so the sums never go backwards across restarts.
+CREATE TABLE wa_outbox.worker_metrics (
+    worker_id   text NOT NULL,
+    metric      text NOT NULL,
+    labels      jsonb NOT NULL DEFAULT '{}',
+    value       double precision NOT NULL CHECK (value >= 0),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (worker_id, metric, labels)
+);
+-- The retirement of rows no worker wrote for a day.
+CREATE INDEX worker_metrics_updated_at ON wa_outbox.worker_metrics (updated_at);
 
 -- == Ops page ======================================================================================================
 -- Throughput per minute over the last hour reads the timeline's last hour only. The timeline is append-only, so

@@ -46,10 +46,17 @@ def _fault_rule(ctx: click.Context, param: click.Parameter, values: tuple[str, .
               help="Messages per second per sender number above which sends get error 130429.")
 def simulator_command(host: str, port: int, webhook_url: str | None, status_delay_ms: float, faults: list[dict],
                       mps: float | None) -> None:
-    """Run the Graph API simulator: a fake WhatsApp Cloud API with fault injection and signed status webhooks."""
+    """Run the Graph API simulator: a fake WhatsApp Cloud API with fault injection and signed status webhooks.
+
+    \b
+    From the environment (the same variables as the service, so the two agree):
+      WHATSAPP_ACCESS_TOKEN     the bearer token it accepts (default dev-access-token)
+      WHATSAPP_APP_SECRET       the secret it signs webhooks with (default dev-app-secret)
+      WHATSAPP_PHONE_NUMBER_ID  its sender number id, when set
+    """
     if not logging.getLogger().handlers:
         from .. import logs
-        logs.configure(os.environ.get("LOG_LEVEL", "INFO"))
+        logs.configure(os.environ.get("LOG_LEVEL", "INFO"), os.environ.get("LOG_FORMAT") or None)
     options = {"status_delays_ms": (status_delay_ms, 2 * status_delay_ms, 3 * status_delay_ms), "mps": mps}
     if os.environ.get("WHATSAPP_PHONE_NUMBER_ID"):
         options["phone_number_id"] = os.environ["WHATSAPP_PHONE_NUMBER_ID"]

@@ -80,6 +80,6 @@ WITH s AS (
     WHERE l.status <> 'sending' AND m.status <> 'sent'
     ORDER BY m.event_id  -- in the order the webhooks arrived
 )
-SELECT m.event_id,
+SELECT m.event_id, m.nid AS notification_id, m.status,
        CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END AS disposition
 FROM matched m LEFT JOIN locked l ON l.id = m.nid

@@ -11,3 +11,4 @@ WHERE w.id IN (SELECT id FROM wa_outbox.webhook_events
                WHERE status = 'processing' AND locked_until < now()
                ORDER BY locked_until LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
   AND w.status = 'processing' AND w.locked_until < now()
+RETURNING w.status  -- `dead` ones are counted in wa_outbox_dead_letters_total

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import hmac
 import logging
 import os
 import re
+import time
 import uuid
 
+import psycopg
 import sqlalchemy as sa
 from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
@@ -43,11 +46,15 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         given = request.headers.get("X-Correlation-Id", "")
         g.correlation_id = given if _CORRELATION_ID.fullmatch(given) else uuid.uuid4().hex
         logs.correlation_id.set(g.correlation_id)
+        g.started = time.perf_counter()
 
     @app.after_request
     def _echo_correlation_id(response):
         if "correlation_id" in g:
             response.headers["X-Correlation-Id"] = g.correlation_id
+        if logs.events.isEnabledFor(logging.DEBUG) and "started" in g:  # the console's line per request
+            logs.events.debug("%s %s %s %.1f ms", request.method, request.path, response.status_code,
+                              (time.perf_counter() - g.started) * 1000)
         return response
 
     errors.register(app)
@@ -58,8 +65,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     ops_views.install(app)
     app.register_blueprint(campaign_views.blueprint)
     app.json = _IsoJSONProvider(app)
-    if metrics:
-        _install_metrics(app)
+    _install_metrics(app, request_metrics=metrics)
     return app
 
 
@@ -74,22 +80,70 @@ class _IsoJSONProvider(DefaultJSONProvider):
         return DefaultJSONProvider.default(o)
 
 
-def _install_metrics(app: Flask) -> None:
-    @app.before_request
-    def _refresh_queue_gauges():
-        if request.path == "/metrics":  # read the queues from Postgres at scrape time
-            try:
-                rows = db.fetch(engine_of(app), "queue_metrics")
-                metrics.refresh_queue_gauges(rows)
-            except Exception:  # noqa: BLE001 - request metrics are still worth serving
-                logging.getLogger(__name__).exception("queue metrics unavailable")
+def _install_metrics(app: Flask, *, request_metrics: bool) -> None:
+    """`GET /metrics`: the request metrics and the web process's counters (aggregated over gunicorn's worker
+    processes in multiprocess mode), plus what is read from Postgres for this scrape (queues, heartbeats, the
+    workers' metrics, `wa_outbox_database_up`) — built once per scrape by the process answering it, so never
+    repeated per gunicorn worker. With WA_OUTBOX_METRICS_TOKEN set, it needs `Authorization: Bearer <token>`."""
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
 
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # under gunicorn: aggregate every worker process
-        from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
-        GunicornInternalPrometheusMetrics(app, group_by="url_rule")
-    else:
-        from prometheus_flask_exporter import PrometheusMetrics
-        PrometheusMetrics(app, group_by="url_rule")
+    multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    if request_metrics:
+        if multiprocess:  # under gunicorn: every worker process's request metrics, summed at scrape time
+            from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
+            GunicornPrometheusMetrics(app, group_by="url_rule")
+        else:
+            from prometheus_flask_exporter import PrometheusMetrics
+            PrometheusMetrics(app, path=None, group_by="url_rule")
+
+    @app.get("/metrics")
+    def prometheus_metrics():
+        denied = _metrics_token_refusal(settings_of(app).metrics_token)
+        if denied is not None:
+            return denied
+        registry = CollectorRegistry(auto_describe=False)
+        if multiprocess:
+            from prometheus_client.multiprocess import MultiProcessCollector
+            MultiProcessCollector(registry)
+        else:
+            registry.register(_Families(list(REGISTRY.collect())))
+        registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
+        encode, content_type = choose_encoder(request.headers.get("Accept"))
+        return encode(registry), 200, {"Content-Type": content_type}
+
+
+class _Families:
+    """A prometheus_client collector of metric families already built (for one scrape)."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def _read_database(engine: sa.Engine) -> tuple[list[dict] | None, list[dict] | None]:
+    """Queue state and the workers' summed metrics; (None, None) when the database does not answer."""
+    try:
+        return db.fetch(engine, "queue_metrics"), db.fetch(engine, "worker_metrics_totals")
+    except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # /metrics still answers: wa_outbox_database_up 0
+        logging.getLogger(__name__).warning("metrics: the database did not answer: %s",
+                                            str(exc).strip().splitlines()[0] if str(exc).strip() else
+                                            type(exc).__name__)
+        return None, None
+
+
+def _metrics_token_refusal(token: str | None):
+    """None when /metrics may be served; a 401 JSON answer when WA_OUTBOX_METRICS_TOKEN is set and not sent."""
+    if token is None:
+        return None
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return None
+    response, status = errors.json_error(401, "/metrics needs Authorization: Bearer <WA_OUTBOX_METRICS_TOKEN>")
+    response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox metrics"'
+    return response, status
 
 
 def settings_of(app: Flask) -> Settings:

@@ -16,7 +16,7 @@ import json
 
 from flask import Blueprint, current_app, g, jsonify, request
 
-from .. import outbox
+from .. import logs, outbox
 from .errors import json_error
 
 blueprint = Blueprint("api", __name__, url_prefix="/v1")
@@ -71,6 +71,9 @@ def create_message():
         _engine(), to=data.get("to"), message=data.get("message"), idempotency_key=given_key,
         correlation_id=data["correlation_id"] if "correlation_id" in data else g.correlation_id,
         phone_number_id=data.get("phone_number_id"), key_name="Idempotency-Key")
+    if created:
+        logs.events.debug("message %s queued for +%s", notification_id, str(data.get("to")).lstrip("+").strip(),
+                          extra={"notification_id": notification_id})
     response = jsonify(id=notification_id, status=status)
     response.headers["Location"] = f"/v1/messages/{notification_id}"
     if not created:

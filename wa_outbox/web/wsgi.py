@@ -22,7 +22,7 @@ def build_app() -> Flask:
     except ConfigError as exc:
         sys.stderr.write(f"wa-outbox: configuration error: {exc}\n")
         raise SystemExit(2) from None
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     return create_app(settings)
 
 

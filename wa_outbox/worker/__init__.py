@@ -16,6 +16,7 @@ at any time later: every thread catches the failure, logs one line, waits, and g
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -26,10 +27,11 @@ import psycopg
 import sqlalchemy as sa
 
 from .. import db
+from ..metrics import WorkerMetrics
 from ..config import Settings, redact_url, scrub
 from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
-from ._heartbeat import beat, gone
+from ._heartbeat import MetricsFlusher, beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
 from ._reconciler import settle_unknown
 from ._rescuer import rescue
@@ -104,10 +106,13 @@ class Worker:
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
             connect_timeout=settings.connect_timeout, read_timeout=settings.send_timeout))
         self.policy = settings.retry_policy()
-        self.sender = Sender(self.engine, self.transport, settings, self.worker_id, self.policy)
+        self.metrics = WorkerMetrics()
+        self.metrics_flusher = MetricsFlusher(self.engine, self.worker_id, self.metrics)
+        self.sender = Sender(self.engine, self.transport, settings, self.worker_id, self.policy, self.metrics)
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
-            self.policy, settings.lease_seconds)
+            self.policy, settings.lease_seconds, metrics=self.metrics)
+        self._metrics_server = None
         self.stopping = threading.Event()
         self._recorder_done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -116,6 +121,8 @@ class Worker:
         """Work until stop() is called; then drain within the shutdown grace and return."""
         log.info("worker %s starting: concurrency %d, %s", self.worker_id, self.settings.worker_concurrency,
                  "dry run" if self.settings.dry_run else redact_url(self.settings.api_base_url))
+        if self.settings.worker_metrics_port:
+            self._serve_metrics(self.settings.worker_metrics_port)
         try:
             beat(self.engine, self.worker_id, "running", self._info())
             analyze_if_never(self.engine)
@@ -149,11 +156,19 @@ class Worker:
         self._recorder_done.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        try:  # the final totals, then folded into the 'retired' rows: /metrics' sums never go backwards
+            self.metrics_flusher.flush()
+            self.metrics_flusher.retire(stopping=True)
+        except Exception as exc:  # noqa: BLE001 - the rows stay; another worker folds them after a day
+            log.warning("could not retire this worker's metrics: %s", one_line(exc))
         try:
             gone(self.engine, self.worker_id)
         except Exception:  # noqa: BLE001
             pass
         self.transport.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         log.info("worker %s stopped: %s", self.worker_id, self.sender.stats)
 
     def _info(self) -> dict:
@@ -209,12 +224,37 @@ class Worker:
         while not self.stopping.wait(MAINTENANCE_INTERVAL):
             self.maintain()
 
+    def _settle_unknown(self) -> None:
+        settled = settle_unknown(self.engine, self.settings.unknown_window_seconds, self.settings.unknown_policy,
+                                 self.policy)
+        if settled.get("dead"):
+            self.metrics.count("wa_outbox_dead_letters_total", settled["dead"], queue="notifications")
+
+    def _serve_metrics(self, port: int) -> None:
+        """This worker's own metrics on http://0.0.0.0:<port>/metrics, where the platform lets it be scraped."""
+        from prometheus_client import CollectorRegistry, start_http_server
+        from ..metrics import worker_families
+
+        metrics = self.metrics
+
+        class _Collector:
+            def collect(self):
+                rows = [{"metric": m, "labels": json.loads(labels), "value": v}
+                        for (m, labels), v in metrics.snapshot().items()]
+                return worker_families(rows)
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector())
+        self._metrics_server, _ = start_http_server(port, registry=registry)
+        log.info("worker metrics on :%d/metrics", port)
+
     def maintain(self) -> None:
         """One round of maintenance (also callable from tests)."""
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
-                     lambda: rescue(self.engine, self.worker_id, self.policy),
-                     lambda: settle_unknown(self.engine, self.settings.unknown_window_seconds,
-                                            self.settings.unknown_policy, self.policy),
+                     lambda: rescue(self.engine, self.worker_id, self.policy, metrics=self.metrics),
+                     self._settle_unknown,
+                     self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too
+                     lambda: self.metrics_flusher.retire(stopping=False),
                      lambda: analyze_if_never(self.engine)):
             try:
                 step()

@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterable, Iterator
 import psycopg
 import sqlalchemy as sa
 
-from .. import db
+from .. import db, logs
 from ..config import ConfigError
+from ..metrics import WorkerMetrics
 from ..retry import RetryPolicy
 from ..states import TimelineEvent, WebhookEventStatus
 
@@ -137,6 +138,13 @@ def error_text(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+def inbound_result(outcome: dict) -> str:
+    """An event's outcome as the `result` label of wa_outbox_inbound_events_total."""
+    if outcome["status"] == WebhookEventStatus.QUEUED:
+        return "waiting" if outcome.get("refund") else "retry"
+    return str(outcome["status"])
+
+
 def _first_item(payload: Any, list_name: str) -> dict:
     value = payload.get("value") if isinstance(payload, dict) else None
     items = value.get(list_name) if isinstance(value, dict) else None
@@ -168,8 +176,10 @@ def load_handlers(paths: tuple[str, ...]) -> list[Handler]:
 
 class InboundProcessor:
     def __init__(self, engine: sa.Engine, worker_id: str, handlers: list[Handler],
-                 policy: RetryPolicy, lease_seconds: float, batch_size: int = 200):
+                 policy: RetryPolicy, lease_seconds: float, batch_size: int = 200,
+                 metrics: WorkerMetrics | None = None):
         self.engine = engine
+        self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.worker_id = worker_id
         self.handlers = handlers
         self.policy = policy
@@ -201,6 +211,7 @@ class InboundProcessor:
                     continue
                 if not keeper.holds(event["id"]):
                     self.stats["lease_lost"] += 1
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"], result="lease_lost")
                     log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
                                 extra={"correlation_id": event["correlation_id"]})
                     continue
@@ -209,6 +220,12 @@ class InboundProcessor:
             if outcomes:
                 db.execute(self.engine, "finish_webhook_events", {
                     "worker_id": self.worker_id, "outcomes": json.dumps(list(outcomes.values()))})
+                kinds = {e["id"]: e["kind"] for e in events}
+                for event_id, result in outcomes.items():
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=kinds[event_id],
+                                       result=inbound_result(result))
+                    if result["status"] == WebhookEventStatus.DEAD:
+                        self.metrics.count("wa_outbox_dead_letters_total", queue="webhook_events")
         finally:
             keeper.stop()
         self.stats["processed"] += len(events)
@@ -225,8 +242,13 @@ class InboundProcessor:
             entries.append(entry)
         rows, failures = self._isolated("apply_statuses", "statuses", entries, "event_id")
         outcomes = {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
-        for row in rows:
+        narrate = logs.events.isEnabledFor(logging.DEBUG)
+        for row in sorted(rows, key=lambda r: r["event_id"]) if narrate else rows:  # narrated in arrival order
             event_id, disposition = row["event_id"], row["disposition"]
+            if narrate and disposition == "applied" and row["status"] != "sent":  # the send said "sent" already
+                logs.events.debug("message %s %s", row["notification_id"], row["status"],
+                                  extra={"notification_id": row["notification_id"],
+                                         "correlation_id": by_id[event_id]["correlation_id"]})
             if disposition == "retry":  # waiting for the send to be recorded is no failure: the attempt is refunded
                 outcomes[event_id] = {"id": event_id, "status": WebhookEventStatus.QUEUED,
                                       "delay": STATUS_RETRY_SECONDS, "refund": True,
@@ -270,6 +292,7 @@ class InboundProcessor:
                 handler(public)
             return {"id": event["id"], "status": WebhookEventStatus.DONE}
         except Exception as exc:  # noqa: BLE001 - the application's code: retry, then dead-letter
+            self.metrics.count("wa_outbox_handler_failures_total")
             return self._failure(event, error_text(exc))
 
     def _failure(self, event: dict, error: str) -> dict:

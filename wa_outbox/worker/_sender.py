@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import db, logs
+from ..metrics import WorkerMetrics
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
@@ -29,7 +30,24 @@ from ._transport import Transport
 
 log = logging.getLogger("wa_outbox.worker")
 
+_PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
+                  Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+
+
+def describe_outcome(entry: dict, attempt: int) -> str:
+    """A send's outcome in words, for one log line: `sent (wamid.…, 80 ms)`, `retry in 2.0 s (attempt 1): …`."""
+    detail = entry["detail"]
+    reason = detail.get("reason") or ""
+    if entry["status"] == "sent":
+        return f"sent ({detail.get('wamid')}, {detail.get('ms')} ms)"
+    if entry["status"] == "dead":
+        return f"dead (attempt {attempt}): {reason}"
+    if entry["status"] == "unknown":
+        return f"unknown (attempt {attempt}), waiting for a status webhook: {reason}"
+    if entry.get("refund"):
+        return f"waits ({entry['event']}, attempt not counted): {reason}"
+    return f"retry in {detail.get('retry_in_s')} s (attempt {attempt}): {reason}"
 
 
 def one_line(exc: BaseException) -> str:
@@ -40,8 +58,9 @@ def one_line(exc: BaseException) -> str:
 
 class Sender:
     def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
-                 policy: RetryPolicy):
+                 policy: RetryPolicy, metrics: WorkerMetrics | None = None):
         self.engine = engine
+        self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.transport = transport
         self.settings = settings
         self.worker_id = worker_id
@@ -116,6 +135,11 @@ class Sender:
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps})
         self.stats["claimed"] += len(rows)
+        self.metrics.count("wa_outbox_claims_total", len(rows))
+        if rows and logs.events.isEnabledFor(logging.DEBUG):
+            for row in rows:
+                logs.events.debug("message %s sending (attempt %d)", row["id"], row["attempts"],
+                                  extra={"notification_id": row["id"], "correlation_id": row["correlation_id"]})
         return [Claimed(**row) for row in rows]
 
     def release_unsent_claims(self) -> list[int]:
@@ -152,6 +176,8 @@ class Sender:
         except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
+        else:
+            self.metrics.observe_send(result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
             try:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
@@ -216,6 +242,7 @@ class Sender:
 
     def _pause(self, row: Claimed, decision: Decision) -> None:
         """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
+        self.metrics.count("wa_outbox_throttle_pauses_total", reason=_PAUSE_REASONS[decision.action])
         if decision.action is Action.PAIR_LIMIT:
             db.execute(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
             return
@@ -243,11 +270,15 @@ class Sender:
         key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
             status, "throttled" if entry.get("refund") else "retry")
         self.stats[key] += 1
+        self.metrics.count("wa_outbox_sends_total", outcome=key, code="none" if decision.code is None else decision.code)
+        if status == "dead":
+            self.metrics.count("wa_outbox_dead_letters_total", queue="notifications")
         level = {"sent": logging.DEBUG, "dead": logging.WARNING}.get(status, logging.INFO)
-        if log.isEnabledFor(level):
-            log.log(level, "notification %s %s", row.id, entry["event"],
-                    extra={"notification_id": row.id, "correlation_id": row.correlation_id,
-                           "attempt": row.attempts, "detail": entry["detail"]})
+        logger = logs.events if status == "sent" else log  # a send is the narrative; the rest, news
+        if logger.isEnabledFor(level):
+            logger.log(level, "message %s %s", row.id, describe_outcome(entry, row.attempts),
+                       extra={"notification_id": row.id, "correlation_id": row.correlation_id,
+                              "attempt": row.attempts, "detail": entry["detail"]})
 
     # --- shutdown ----------------------------------------------------------------------------------------------------
 
