@@ -33,6 +33,11 @@ WITH o AS (
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT id, event, attempts, detail, correlation_id FROM updated
+), released AS (  -- order per recipient: a message sent or dead lets the next one of its line go
+    UPDATE wa_outbox.notifications n
+    SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+    WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(SELECT id FROM updated WHERE status IN ('sent', 'dead'))))
+      AND n.blocked AND n.status = 'queued'
 ), paired AS (  -- a successful send clears a recipient's pair-rate strikes
     UPDATE wa_outbox.contacts c SET pair_strikes = 0, pair_paused_until = NULL, updated_at = now()
     FROM updated u
