@@ -116,5 +116,8 @@ WITH candidates AS (
     SELECT id, 'sending', attempts, jsonb_build_object('worker', %(worker_id)s::text), correlation_id FROM claimed
     UNION ALL
     SELECT id, 'dead', attempts, '{"reason": "outside_service_window"}'::jsonb, correlation_id FROM died
+), woken AS (  -- rows parked took places in this batch: wake the workers (at commit) to claim again at once
+    SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )
 SELECT id, phone_number_id, recipient, message, attempts, max_attempts, correlation_id FROM claimed
+WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: so the wake-up runs even when nothing is claimed
