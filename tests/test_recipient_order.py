@@ -226,10 +226,12 @@ def test_order_per_recipient_holds_under_retries_and_unknown(db, sender, sim, se
 
 def test_unordered_messages_may_overtake_one_waiting_on_a_retry(db, sender, sim, settings):
     sim.set_faults([{"mode": "error", "code": 131000, "count": 1}])
-    enqueue(db, to=A, message=text("first"))
-    enqueue(db, to=A, message=text("second"), ordered=False)
-    with running_worker(worker_settings(settings, sim.base_url, retry_base_seconds=2, retry_max_seconds=2,
+    first = enqueue(db, to=A, message=text("first"))
+    with running_worker(worker_settings(settings, sim.base_url, retry_base_seconds=5, retry_max_seconds=5,
                                         pair_burst=5)):
+        wait_for(lambda: db.execute("SELECT 1 FROM wa_outbox.notification_events WHERE notification_id = %s "
+                                    "AND event = 'retry_scheduled'", (first,)).fetchone(), what="first retried")
+        enqueue(db, to=A, message=text("second"), ordered=False)  # while the first waits for its retry
         wait_for(lambda: len(sim.messages(to=A)) == 2, timeout=30, what="both sent")
     assert [m["body"]["text"]["body"] for m in sim.messages(to=A)] == ["second", "first"]
 
@@ -254,3 +256,15 @@ def test_pair_pacing_keeps_within_the_pair_limit_and_131056_delays_only_that_rec
         wait_for(lambda: len(sim.messages(to=c)) == 1, timeout=60, what="C's message, after its pause")
     assert len(sim.messages(to=d)) == 3
     assert max(m["received_at"] for m in sim.messages(to=d)) < sim.messages(to=c)[0]["received_at"]
+
+
+def test_the_per_recipient_settings_are_read_and_checked():
+    from wa_outbox.config import ConfigError
+    settings = Settings.from_env({"WA_OUTBOX_PAIR_RATE_SECONDS": "2.5", "WA_OUTBOX_PAIR_BURST": "4",
+                                  "WA_OUTBOX_SERVICE_WINDOW": "enforce"})
+    assert (settings.pair_rate_seconds, settings.pair_burst, settings.service_window) == (2.5, 4, "enforce")
+    assert Settings.from_env({}).service_window == "off"
+    for name, bad in (("WA_OUTBOX_PAIR_RATE_SECONDS", "0"), ("WA_OUTBOX_PAIR_BURST", "1.5"),
+                      ("WA_OUTBOX_SERVICE_WINDOW", "sometimes")):
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: bad})
