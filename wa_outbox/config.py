@@ -181,6 +181,10 @@ class Settings:
     inbound_handlers: tuple[str, ...] = ()  # dotted paths "module:function", called with each inbound event
     dry_run: bool = False                  # accept every send without calling Meta (staging, benchmarks)
     validate: str = "off"                  # "meta": refuse at enqueue what Meta's schema refuses (meta_schema.py)
+    # per recipient
+    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst
+    pair_burst: int = 3                    # messages one recipient may get at once
+    service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -224,6 +228,11 @@ class Settings:
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
             validate=_validate_mode(env),
+            pair_rate_seconds=_parse(env, "WA_OUTBOX_PAIR_RATE_SECONDS", 6.0, _positive_float,
+                                     "seconds between two messages to one recipient, e.g. 6"),
+            pair_burst=_parse(env, "WA_OUTBOX_PAIR_BURST", 3, _positive_int,
+                              "a positive number of messages one recipient may get at once"),
+            service_window=_parse(env, "WA_OUTBOX_SERVICE_WINDOW", "off", _service_window, "off or enforce"),
         )
 
     def retry_policy(self) -> "RetryPolicy":
@@ -260,6 +269,12 @@ def _policy(raw: str) -> str:
     if raw not in ("resend", "dead"):
         raise ValueError
     return raw
+
+
+def _service_window(raw: str) -> str:
+    if raw.lower() not in ("off", "enforce"):
+        raise ValueError
+    return raw.lower()
 
 
 def _handlers(raw: str) -> tuple[str, ...]:

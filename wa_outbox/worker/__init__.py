@@ -31,7 +31,7 @@ from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
 from ._heartbeat import beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
-from ._reconciler import settle_unknown
+from ._reconciler import release_stalled_lines, settle_unknown
 from ._rescuer import rescue
 from ._sender import FAILURE_BACKOFF_CAP, Sender, one_line
 from ._transport import DryRunTransport, GraphTransport, Transport
@@ -215,6 +215,7 @@ class Worker:
                      lambda: rescue(self.engine, self.worker_id, self.policy),
                      lambda: settle_unknown(self.engine, self.settings.unknown_window_seconds,
                                             self.settings.unknown_policy, self.policy),
+                     lambda: release_stalled_lines(self.engine),
                      lambda: analyze_if_never(self.engine)):
             try:
                 step()
