@@ -7,7 +7,9 @@ import json
 import pytest
 
 from wa_outbox import db as wdb
+from wa_outbox.config import Settings
 from wa_outbox.enqueue import enqueue
+from wa_outbox.worker._sender import claim_pacing
 
 TEXT = {"type": "text", "text": {"body": "x"}}
 
@@ -19,9 +21,9 @@ def auto(database_url):
     engine.dispose()
 
 
-def claim(engine, worker: str, limit: int = 10, lease: float = 60, mps: float = 1000) -> list[dict]:
+def claim(engine, worker: str, limit: int = 10, lease: float = 60, mps: float = 1000, **settings) -> list[dict]:
     return wdb.fetch(engine, "claim_notifications", {"limit": limit, "worker_id": worker, "lease_seconds": lease,
-                                                     "default_mps": mps})
+                                                     "default_mps": mps, **claim_pacing(Settings(**settings))})
 
 
 def record(engine, worker: str, nid: int, status: str = "sent") -> list[tuple]:
@@ -96,14 +98,15 @@ def test_a_pair_limited_recipient_waits_while_others_go(auto, db, sender):
         "queued",)
     # a second strike waits 4^2 s
     wdb.execute(auto, "pause_recipient", {"phone_number_id": "100000000000001", "wa_id": "5511987654321"})
-    wait = db.execute("SELECT extract(epoch FROM pair_paused_until - now()) FROM wa_outbox.contacts").fetchone()[0]
+    wait = db.execute("SELECT extract(epoch FROM pair_paused_until - now()) FROM wa_outbox.contacts "
+                      "WHERE wa_id = '5511987654321'").fetchone()[0]
     assert 15 <= wait <= 16.5
 
 
 def test_claim_is_served_by_the_partial_index(auto, db, sender):
     db.execute("SET enable_seqscan = off")  # an empty test table would be scanned anyway
     plan = "\n".join(r[0] for r in db.execute(
-        "EXPLAIN SELECT id FROM wa_outbox.notifications WHERE status = 'queued' AND next_attempt_at <= now() "
-        "ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED"))
+        "EXPLAIN SELECT id FROM wa_outbox.notifications WHERE status = 'queued' AND NOT blocked AND priority = 1 "
+        "AND next_attempt_at <= now() ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED"))
     db.execute("RESET enable_seqscan")
     assert "notifications_due" in plan

@@ -23,7 +23,8 @@ from wa_outbox import db as wa_db, migrate
 from wa_outbox.enqueue import enqueue
 from wa_outbox.worker import Worker
 from wa_outbox.worker._outcomes import Claimed
-from wa_outbox.worker._sender import Sender
+from wa_outbox.config import Settings
+from wa_outbox.worker._sender import Sender, claim_pacing
 from wa_outbox.worker._transport import DryRunTransport
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +171,8 @@ def engine(database_url):
 
 def claim(engine, worker_id: str, limit: int) -> list[dict]:
     return wa_db.fetch(engine, "claim_notifications", {"limit": limit, "worker_id": worker_id,
-                                                       "lease_seconds": 30, "default_mps": 1000})
+                                                       "lease_seconds": 30, "default_mps": 1000,
+                                                       **claim_pacing(Settings())})
 
 
 def test_release_gives_back_only_the_claimed_rows_never_handed_to_a_send(db, sender, settings, engine):

@@ -185,6 +185,10 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)  # when set, /metrics needs it as a bearer token
     worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
     log_format: str | None = None          # json or console; None: console on a terminal, else json
+    # per recipient
+    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst
+    pair_burst: int = 3                    # messages one recipient may get at once
+    service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -233,6 +237,11 @@ class Settings:
             worker_metrics_port=_parse(env, "WA_OUTBOX_WORKER_METRICS_PORT", None, _port,
                                        "a TCP port number (1-65535)"),
             log_format=_parse(env, "LOG_FORMAT", None, _log_format, "json or console"),
+            pair_rate_seconds=_parse(env, "WA_OUTBOX_PAIR_RATE_SECONDS", 6.0, _positive_float,
+                                     "seconds between two messages to one recipient, e.g. 6"),
+            pair_burst=_parse(env, "WA_OUTBOX_PAIR_BURST", 3, _positive_int,
+                              "a positive number of messages one recipient may get at once"),
+            service_window=_parse(env, "WA_OUTBOX_SERVICE_WINDOW", "off", _service_window, "off or enforce"),
         )
 
     def retry_policy(self) -> "RetryPolicy":
@@ -281,6 +290,12 @@ def _policy(raw: str) -> str:
     if raw not in ("resend", "dead"):
         raise ValueError
     return raw
+
+
+def _service_window(raw: str) -> str:
+    if raw.lower() not in ("off", "enforce"):
+        raise ValueError
+    return raw.lower()
 
 
 def _handlers(raw: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from .messages import InvalidMessage, check_request
+from .messages import InvalidMessage, check_request, validate_ordered
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -27,22 +27,23 @@ class DBAPIConnection(Protocol):
 # What enqueue() and enqueue_many() write through: the caller's own transaction.
 Connectable: TypeAlias = "Connection | Session | DBAPIConnection"
 
-_SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s)"
+_SQL_DBAPI = "SELECT wa_outbox.enqueue(%s, %s::jsonb, %s, %s, %s, %s)"
 _SQL_SQLALCHEMY = ("SELECT wa_outbox.enqueue(:to_, CAST(:message AS jsonb), :idempotency_key, :correlation_id, "
-                   ":phone_number_id)")
+                   ":phone_number_id, :ordered)")
 
 
 def enqueue(conn: Connectable, *, to: str, message: dict[str, Any], idempotency_key: str | None = None,
-            correlation_id: str | None = None, phone_number_id: str | None = None) -> int:
+            correlation_id: str | None = None, phone_number_id: str | None = None, ordered: bool = True) -> int:
     """Queue `message` (any Cloud API message body) for `to` (E.164); return the outbox id.
 
     A known `idempotency_key` returns the existing id; the same key with a different message raises the database's
-    unique-violation error. Invalid input raises `InvalidMessage` before anything is sent to the database."""
+    unique-violation error. Invalid input raises `InvalidMessage` before anything is sent to the database.
+    `ordered=False` lets this message overtake (and be overtaken by) others to the same recipient."""
     checked = check_request(to=to, message=message, idempotency_key=idempotency_key,
                             correlation_id=correlation_id, phone_number_id=phone_number_id)
     # The normalized recipient: SQL strips the same separators, so the verdict cannot differ.
     params = (checked.recipient, json.dumps(message, separators=(",", ":")), checked.idempotency_key,
-              checked.correlation_id, checked.phone_number_id)
+              checked.correlation_id, checked.phone_number_id, validate_ordered(ordered))
 
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
@@ -50,7 +51,7 @@ def enqueue(conn: Connectable, *, to: str, message: dict[str, Any], idempotency_
         conn = conn.connection()
     if isinstance(conn, sa.engine.Connection):
         return conn.execute(sa.text(_SQL_SQLALCHEMY), dict(zip(
-            ("to_", "message", "idempotency_key", "correlation_id", "phone_number_id"), params))).scalar_one()
+            ("to_", "message", "idempotency_key", "correlation_id", "phone_number_id", "ordered"), params))).scalar_one()
     cursor = conn.cursor()
     try:
         cursor.execute(_SQL_DBAPI, params)

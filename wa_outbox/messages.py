@@ -189,3 +189,12 @@ def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correla
     return Checked(recipient=recipient, idempotency_key=validate_key(key_name, idempotency_key),
                    correlation_id=validate_key("correlation_id", correlation_id),
                    phone_number_id=validate_phone_number_id(phone_number_id))
+
+
+def validate_ordered(value: Any) -> bool:
+    """`ordered`: absent (None: true) or a boolean. False opts a message out of order per recipient."""
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise InvalidMessage("`ordered` must be true or false")
+    return value

@@ -10,13 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import db
-from .messages import InvalidMessage, check_request, normalize_recipient
+from .messages import InvalidMessage, check_request, normalize_recipient, validate_ordered
 
 AUTO_KEY_PREFIX = "auto:"
 
 
 def enqueue(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
-            phone_number_id: Any = None, key_name: str = "idempotency_key") -> tuple[int, str, bool]:
+            phone_number_id: Any = None, key_name: str = "idempotency_key", ordered: Any = True
+            ) -> tuple[int, str, bool]:
     """Validate and queue one message (the API's and the CLI's enqueue): (id, status, created), in one autocommit
     statement. `engine` must be an autocommit engine. Raises InvalidMessage before touching the database.
 
@@ -24,10 +25,12 @@ def enqueue(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = 
     after a lost COMMIT reply: the retry finds the row the first attempt made instead of queuing a second one."""
     checked = check_request(to=to, message=message, idempotency_key=idempotency_key, correlation_id=correlation_id,
                             phone_number_id=phone_number_id, key_name=key_name)
+    in_order = validate_ordered(ordered)
     key = checked.idempotency_key or f"{AUTO_KEY_PREFIX}{uuid.uuid4()}"
     row = db.fetch(engine, "enqueue_one", {
         "to": checked.recipient, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": key,
-        "correlation_id": checked.correlation_id, "phone_number_id": checked.phone_number_id})[0]
+        "correlation_id": checked.correlation_id, "phone_number_id": checked.phone_number_id,
+        "ordered": in_order})[0]
     # A generated key is this request's own: a row found by it was created by this request's first attempt.
     return row["id"], row["status"], row["created"] or checked.idempotency_key is None
 

@@ -63,6 +63,13 @@ WITH s AS (
     FROM failure t
     WHERE n.id = t.nid
     RETURNING n.id
+), released AS (  -- order per recipient: a queued or unknown message Meta reports lets the next one of its line go
+    UPDATE wa_outbox.notifications n
+    SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+    WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(
+              SELECT u.id FROM updated u JOIN locked l ON l.id = u.id WHERE l.status IN ('queued', 'unknown'))))
+      AND n.blocked AND n.status = 'queued'
+      AND n.id NOT IN (SELECT id FROM updated)
 ), reconciled AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT l.id, 'reconciled', l.attempts,

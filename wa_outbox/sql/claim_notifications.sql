@@ -1,43 +1,123 @@
 -- Claim up to %(limit)s due messages for one worker, in one statement:
---  * take due queued rows in order, skipping rows other workers hold (the partial index keeps this O(batch));
---  * ask each sender's shared token bucket how many it may send now (0 while the sender is paused);
---  * rows over the grant, or to a recipient paused by the pair rate limit (131056), are pushed to the time they
---    may go, without burning an attempt, so they do not block the head of the queue;
---  * the rest become `sending` with this worker's lease, one attempt counted and a `sending` timeline event.
+--  * take due queued rows, transactional (priority 0) before campaign (1), each by next_attempt_at, skipping rows
+--    other workers hold. One index range per priority, read lazily: a batch filled by priority 0 never reads 1, rows
+--    not yet due are never read, parked followers are not in the index (notifications_due): O(batch);
+--  * the 24-hour window (%(enforce_window)s): a non-template message to a recipient who has not written in 24 h
+--    (or never, as far as wa-outbox knows) goes `dead` (outside_service_window) instead of into a certain 131047;
+--  * order per recipient: an ordered message with an earlier unfinished one in its line (same sender and recipient)
+--    is parked (`blocked`) until the statement that finishes that one releases it (wa_outbox.next_in_line);
+--  * pair pacing: per recipient at most %(pair_burst)s at once, then one per %(pair_interval)s s (contacts.
+--    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
+--    their time without burning an attempt;
+--  * ask each sender's shared token bucket for the rest (0 while the sender is paused); rows over the grant wait for
+--    their token;
+--  * the rest become `sending` with this worker's lease, one attempt counted and a `sending` timeline event; their
+--    recipients' pacing moves on.
 WITH candidates AS (
-    SELECT n.id, n.phone_number_id, n.recipient, n.next_attempt_at
-    FROM wa_outbox.notifications n
-    WHERE n.status = 'queued' AND n.next_attempt_at <= now()
-    ORDER BY n.next_attempt_at
+    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
+                   FROM wa_outbox.notifications n
+                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 0 AND n.next_attempt_at <= now()
+                   ORDER BY n.next_attempt_at FOR UPDATE SKIP LOCKED) p0
+    UNION ALL
+    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
+                   FROM wa_outbox.notifications n
+                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 1 AND n.next_attempt_at <= now()
+                   ORDER BY n.next_attempt_at FOR UPDATE SKIP LOCKED) p1
+    UNION ALL
+    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
+                   FROM wa_outbox.notifications n
+                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority > 1 AND n.next_attempt_at <= now()
+                   ORDER BY n.priority, n.next_attempt_at FOR UPDATE SKIP LOCKED) p2
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+), seen AS (
+    SELECT c.id, c.phone_number_id, c.recipient, c.ordered, c.priority, c.next_attempt_at,
+           ct.pair_paused_until, ct.pair_paced_until,
+           %(enforce_window)s
+               AND coalesce(c.message->>'type', CASE WHEN c.message ? 'template' THEN 'template' END)
+                   IS DISTINCT FROM 'template'
+               AND (ct.last_inbound_at IS NULL OR ct.last_inbound_at < now() - interval '24 hours') AS outside
+    FROM candidates c
+    LEFT JOIN wa_outbox.contacts ct ON ct.phone_number_id = c.phone_number_id AND ct.wa_id = c.recipient
+), judged AS (
+    SELECT s.*,
+           NOT s.outside AND s.ordered AND EXISTS (
+               SELECT 1 FROM wa_outbox.notifications p
+               WHERE p.phone_number_id = s.phone_number_id AND p.recipient = s.recipient AND p.ordered
+                 AND p.status IN ('queued', 'sending', 'unknown') AND p.id < s.id
+                 AND p.id NOT IN (SELECT o.id FROM seen o WHERE o.outside)) AS follows
+    FROM seen s
+), ranked AS (  -- the rows that may go as far as order and the window are concerned, ranked per recipient
+    SELECT j.*, greatest(coalesce(j.pair_paced_until, now()), now()) AS first_slot,
+           row_number() OVER (PARTITION BY j.phone_number_id, j.recipient
+                              ORDER BY j.priority, j.next_attempt_at, j.id) AS pair_rank
+    FROM judged j
+    WHERE NOT j.outside AND NOT j.follows
+), paced AS (  -- the k-th message to a recipient may go once first_slot + (k - burst) intervals have passed
+    SELECT r.id, r.phone_number_id, r.priority, r.next_attempt_at,
+           CASE WHEN r.pair_paused_until > now() THEN r.pair_paused_until
+                WHEN r.first_slot + make_interval(secs => (r.pair_rank - %(pair_burst)s) * %(pair_interval)s) > now()
+                    THEN r.first_slot + make_interval(secs => (r.pair_rank - %(pair_burst)s) * %(pair_interval)s)
+           END AS pair_wait
+    FROM ranked r
+), free AS (
+    SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
+               AS token_rank
+    FROM paced p WHERE p.pair_wait IS NULL
 ), grants AS (
     SELECT s.phone_number_id, g.granted, g.next_token_at, g.mps
-    FROM (SELECT phone_number_id, count(*)::integer AS wanted FROM candidates GROUP BY phone_number_id) s,
+    FROM (SELECT phone_number_id, count(*)::integer AS wanted FROM free GROUP BY phone_number_id) s,
          LATERAL wa_outbox.take_tokens(s.phone_number_id, s.wanted, %(default_mps)s) g
-), ranked AS (
-    SELECT c.id, g.granted, g.next_token_at, g.mps, ct.pair_paused_until,
-           row_number() OVER (PARTITION BY c.phone_number_id ORDER BY c.next_attempt_at, c.id) AS rn
-    FROM candidates c
-    JOIN grants g USING (phone_number_id)
-    LEFT JOIN wa_outbox.contacts ct ON ct.phone_number_id = c.phone_number_id AND ct.wa_id = c.recipient
+), decided AS (
+    SELECT j.id,
+           CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'
+                WHEN f.token_rank <= g.granted THEN 'claim' ELSE 'wait' END AS action,
+           coalesce(p.pair_wait,
+                    g.next_token_at + make_interval(secs => greatest(0, f.token_rank - g.granted - 1) / g.mps))
+               AS wait_until
+    FROM judged j
+    LEFT JOIN paced p ON p.id = j.id
+    LEFT JOIN free f ON f.id = j.id
+    LEFT JOIN grants g ON g.phone_number_id = f.phone_number_id
 ), deferred AS (
     UPDATE wa_outbox.notifications n
-    SET next_attempt_at = CASE
-            WHEN r.pair_paused_until > now() THEN r.pair_paused_until
-            ELSE r.next_token_at + make_interval(secs => greatest(0, r.rn - r.granted - 1) / r.mps)
-        END
-    FROM ranked r
-    WHERE n.id = r.id AND (r.rn > r.granted OR r.pair_paused_until > now())
+    SET blocked = (d.action = 'park'),
+        next_attempt_at = CASE WHEN d.action = 'wait' THEN d.wait_until ELSE n.next_attempt_at END
+    FROM decided d
+    WHERE n.id = d.id AND d.action IN ('park', 'wait')
+), died AS (
+    UPDATE wa_outbox.notifications n
+    SET status = 'dead', updated_at = now(),
+        last_error = jsonb_build_object(
+            'message', 'outside the 24-hour customer service window: the recipient has not written in 24 hours, '
+                       'so only a template may be sent (WA_OUTBOX_SERVICE_WINDOW=enforce)',
+            'reason', 'outside_service_window')
+    FROM decided d
+    WHERE n.id = d.id AND d.action = 'dead'
+    RETURNING n.id, n.attempts, n.correlation_id
+), released AS (  -- a message that died here lets the next one of its line go
+    UPDATE wa_outbox.notifications n
+    SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+    WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(SELECT id FROM died))) AND n.blocked AND n.status = 'queued'
 ), claimed AS (
     UPDATE wa_outbox.notifications n
     SET status = 'sending', attempts = n.attempts + 1, locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => %(lease_seconds)s), updated_at = now()
-    FROM ranked r
-    WHERE n.id = r.id AND r.rn <= r.granted AND NOT coalesce(r.pair_paused_until > now(), false)
+    FROM decided d
+    WHERE n.id = d.id AND d.action = 'claim'
     RETURNING n.id, n.phone_number_id, n.recipient, n.message, n.attempts, n.max_attempts, n.correlation_id
+), paced_on AS (  -- each recipient's budget moves one interval per claimed message (in key order: no deadlocks)
+    INSERT INTO wa_outbox.contacts AS ct (phone_number_id, wa_id, pair_paced_until)
+    SELECT phone_number_id, recipient, now() + make_interval(secs => count(*) * %(pair_interval)s)
+    FROM claimed GROUP BY phone_number_id, recipient ORDER BY phone_number_id, recipient
+    ON CONFLICT (phone_number_id, wa_id) DO UPDATE
+    SET pair_paced_until = greatest(ct.pair_paced_until, now()) + (excluded.pair_paced_until - now())
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT id, 'sending', attempts, jsonb_build_object('worker', %(worker_id)s::text), correlation_id FROM claimed
+    UNION ALL
+    SELECT id, 'dead', attempts, '{"reason": "outside_service_window"}'::jsonb, correlation_id FROM died
+), woken AS (  -- rows parked took places in this batch: wake the workers (at commit) to claim again at once
+    SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )
 SELECT id, phone_number_id, recipient, message, attempts, max_attempts, correlation_id FROM claimed
+WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: so the wake-up runs even when nothing is claimed

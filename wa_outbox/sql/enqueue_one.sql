@@ -5,7 +5,7 @@
 -- second run after a lost COMMIT reply returns the row the first run created.
 WITH e AS (
     SELECT wa_outbox.enqueue(%(to)s, %(message)s::jsonb, %(idempotency_key)s, %(correlation_id)s,
-                             %(phone_number_id)s) AS id
+                             %(phone_number_id)s, %(ordered)s) AS id
 )
 SELECT e.id, coalesce(n.status, 'queued') AS status, n.id IS NULL AS created
 FROM e LEFT JOIN wa_outbox.notifications n ON n.id = e.id

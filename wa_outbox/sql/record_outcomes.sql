@@ -33,6 +33,14 @@ WITH o AS (
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT id, event, attempts, detail, correlation_id FROM updated
+), released AS (  -- order per recipient: a message sent or dead lets the next one of its line go
+    UPDATE wa_outbox.notifications n
+    SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+    WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(SELECT id FROM updated WHERE status IN ('sent', 'dead'))))
+      AND n.blocked AND n.status = 'queued'
+    RETURNING n.id
+), woken AS (  -- a released message is due now: wake the workers (at commit) rather than wait for their next poll
+    SELECT pg_notify('wa_outbox_notifications', '') FROM released LIMIT 1
 ), paired AS (  -- a successful send clears a recipient's pair-rate strikes
     UPDATE wa_outbox.contacts c SET pair_strikes = 0, pair_paused_until = NULL, updated_at = now()
     FROM updated u
@@ -40,3 +48,4 @@ WITH o AS (
       AND c.pair_strikes > 0
 )
 SELECT id, status FROM updated
+WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: the wake-up runs whatever was updated

@@ -11,7 +11,7 @@ WITH target AS (
     FOR UPDATE
 ), requeued AS (
     UPDATE wa_outbox.notifications n
-    SET status = 'queued', attempts = 0, next_attempt_at = now(), unknown_since = NULL, updated_at = now()
+    SET status = 'queued', attempts = 0, next_attempt_at = now(), blocked = false, unknown_since = NULL, updated_at = now()
     FROM target t WHERE n.id = t.id
     RETURNING n.id, n.correlation_id, t.status AS was
 ), events AS (

@@ -63,6 +63,11 @@ WITH stale AS (
     FROM decided d
     WHERE n.id = d.id AND n.status = 'unknown'
     RETURNING n.id, n.attempts, n.correlation_id, d.next_status, d.dead_reason, d.dead_event_id
+), released AS (  -- order per recipient: an unknown message that went dead lets the next one of its line go
+    UPDATE wa_outbox.notifications n
+    SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+    WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(SELECT id FROM settled WHERE next_status = 'dead')))
+      AND n.blocked AND n.status = 'queued'
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT id, CASE WHEN next_status = 'queued' THEN 'requeued' ELSE 'dead' END, attempts,

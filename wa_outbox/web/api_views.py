@@ -21,7 +21,7 @@ from .errors import json_error
 
 blueprint = Blueprint("api", __name__, url_prefix="/v1")
 MAX_API_BODY = 128 * 1024
-_FIELDS = {"to", "message", "correlation_id", "phone_number_id"}
+_FIELDS = {"to", "message", "correlation_id", "phone_number_id", "ordered"}
 MAX_ID = 2 ** 63 - 1  # ids are bigint
 MAX_CODE = 2 ** 31 - 1  # Graph error codes are compared as integer
 
@@ -70,7 +70,7 @@ def create_message():
     notification_id, status, created = outbox.enqueue(
         _engine(), to=data.get("to"), message=data.get("message"), idempotency_key=given_key,
         correlation_id=data["correlation_id"] if "correlation_id" in data else g.correlation_id,
-        phone_number_id=data.get("phone_number_id"), key_name="Idempotency-Key")
+        phone_number_id=data.get("phone_number_id"), key_name="Idempotency-Key", ordered=data.get("ordered"))
     if created:
         logs.events.debug("message %s queued for +%s", notification_id, str(data.get("to")).lstrip("+").strip(),
                           extra={"notification_id": notification_id})

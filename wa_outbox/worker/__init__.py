@@ -33,7 +33,7 @@ from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
 from ._heartbeat import MetricsFlusher, beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
-from ._reconciler import settle_unknown
+from ._reconciler import release_stalled_lines, settle_unknown
 from ._rescuer import rescue
 from ._sender import FAILURE_BACKOFF_CAP, Sender, one_line
 from ._transport import DryRunTransport, GraphTransport, Transport
@@ -253,6 +253,7 @@ class Worker:
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
                      lambda: rescue(self.engine, self.worker_id, self.policy, metrics=self.metrics),
                      self._settle_unknown,
+                     lambda: release_stalled_lines(self.engine),
                      self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too
                      lambda: self.metrics_flusher.retire(stopping=False),
                      lambda: analyze_if_never(self.engine)):

@@ -23,3 +23,12 @@ def settle_unknown(engine: sa.Engine, window_seconds: float, policy: str, retry:
     if settled:
         log.warning("settled unknown messages past the %.0f s window: %s", window_seconds, settled)
     return settled
+
+
+def release_stalled_lines(engine: sa.Engine, limit: int = 1000) -> list[int]:
+    """Release the parked first message of any recipient line with nothing going (a release missed by a race)."""
+    released = [row["id"] for row in db.fetch(engine, "release_stalled_lines", {"limit": limit})]
+    if released:
+        log.info("released %d parked messages whose line had nothing going", len(released),
+                 extra={"notification_ids": released[:100]})
+    return released

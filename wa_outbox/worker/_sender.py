@@ -56,6 +56,12 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
+def claim_pacing(settings: Settings) -> dict:
+    """The claim's per-recipient parameters: pair pacing and the 24-hour window rule."""
+    return {"pair_interval": settings.pair_rate_seconds, "pair_burst": settings.pair_burst,
+            "enforce_window": settings.service_window == "enforce"}
+
+
 class Sender:
     def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
                  policy: RetryPolicy, metrics: WorkerMetrics | None = None):
@@ -133,7 +139,7 @@ class Sender:
     def _claim(self, limit: int) -> list[Claimed]:
         rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
-            "default_mps": self.settings.rate_limit_mps})
+            "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings)})
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
         if rows and logs.events.isEnabledFor(logging.DEBUG):
