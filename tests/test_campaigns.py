@@ -33,7 +33,7 @@ def engine(database_url):
 
 @pytest.fixture
 def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
     env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": SENDER}
 
     def invoke(*args: str):

@@ -23,7 +23,7 @@ TEXT = {"type": "text", "text": {"body": "seu pedido saiu"}}
 
 @pytest.fixture
 def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
     env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
     return lambda *args: CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
 

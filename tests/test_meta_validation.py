@@ -61,7 +61,7 @@ def test_the_api_answers_400_naming_the_field(client, db, sender, meta):
 
 
 def test_the_cli_send_exits_nonzero_naming_the_field(database_url, db, sender, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
     env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001", "WA_OUTBOX_VALIDATE": "meta"}
     r = CliRunner().invoke(cli.main, ["send", "--to", "+5511987654321", "--json", json.dumps(NO_COORDINATES)], env=env)
     assert r.exit_code != 0 and WHY in r.output

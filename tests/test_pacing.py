@@ -43,7 +43,7 @@ def count(db, where: str) -> int:
 
 @pytest.fixture
 def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda level: None)
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
     env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": SENDER}
     return lambda *args: CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
 
