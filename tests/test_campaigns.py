@@ -12,6 +12,8 @@ from click.testing import CliRunner
 
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, wait_for, worker_settings
+from wa_outbox.config import Settings
+from wa_outbox.worker._sender import claim_pacing
 from wa_outbox import campaigns, cli, db as wdb
 from wa_outbox.db import create_engine
 
@@ -160,7 +162,7 @@ def test_a_message_column_holds_whole_bodies(run, db, sender, tmp_path):
 def claim(engine, limit: int = 100, worker: str = "w1") -> list[dict]:
     # A rate high enough that the sender's bucket never limits a claim here (its capacity grows with the rate).
     return wdb.fetch(engine, "claim_notifications", {"limit": limit, "worker_id": worker, "lease_seconds": 60,
-                                                     "default_mps": 1_000_000.0})
+                                                     "default_mps": 1_000_000.0, **claim_pacing(Settings())})
 
 
 def import_rows(engine, name: str, n: int, first: int = 5511900000000) -> None:

@@ -15,7 +15,10 @@ WITH bucket AS (
 ), moved AS (
     UPDATE wa_outbox.notifications n SET next_attempt_at = now(), updated_at = now()
     FROM bucket b
-    WHERE n.status = 'queued' AND n.phone_number_id = b.phone_number_id AND b.paused_until > now()
+    -- Parked followers wait for their line, not for the pause. priority = ANY(…): one range of notifications_due
+    -- (priority, next_attempt_at) per priority, not the whole index.
+    WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = ANY ('{0,1,2,3,4,5,6,7,8,9}'::smallint[])
+      AND n.phone_number_id = b.phone_number_id AND b.paused_until > now()
       AND n.next_attempt_at > now() AND n.next_attempt_at <= b.paused_until + interval '1 minute'
     RETURNING n.id
 ), woken AS (
