@@ -131,6 +131,12 @@ def test_pair_pacing_lets_a_burst_go_then_one_per_interval(auto, db, sender):
     assert db.execute("SELECT sum(attempts) FROM wa_outbox.notifications WHERE status = 'queued'").fetchone()[0] == 0
 
 
+def test_pair_pacing_off_lets_every_message_go_and_writes_no_pacing_state(auto, db, sender):
+    ids = [enqueue(db, to=A, message=text(str(i)), ordered=False) for i in range(5)]
+    assert sorted(claim(auto, pair_burst=2, pair_rate_seconds=0)) == ids
+    assert db.execute("SELECT count(*) FROM wa_outbox.contacts WHERE pair_paced_until IS NOT NULL").fetchone()[0] == 0
+
+
 def test_transactional_messages_go_before_campaign_messages(auto, db, sender):
     campaign = [enqueue(db, to=f"+55119{i:08d}", message=text("c")) for i in range(3)]
     db.execute("UPDATE wa_outbox.notifications SET priority = 1, next_attempt_at = now() - interval '1 hour'")
@@ -264,7 +270,8 @@ def test_the_per_recipient_settings_are_read_and_checked():
                                   "WA_OUTBOX_SERVICE_WINDOW": "enforce"})
     assert (settings.pair_rate_seconds, settings.pair_burst, settings.service_window) == (2.5, 4, "enforce")
     assert Settings.from_env({}).service_window == "off"
-    for name, bad in (("WA_OUTBOX_PAIR_RATE_SECONDS", "0"), ("WA_OUTBOX_PAIR_BURST", "1.5"),
+    assert Settings.from_env({"WA_OUTBOX_PAIR_RATE_SECONDS": "0"}).pair_rate_seconds == 0  # pacing off
+    for name, bad in (("WA_OUTBOX_PAIR_RATE_SECONDS", "-1"), ("WA_OUTBOX_PAIR_BURST", "1.5"),
                       ("WA_OUTBOX_SERVICE_WINDOW", "sometimes")):
         with pytest.raises(ConfigError, match=name):
             Settings.from_env({name: bad})

@@ -101,6 +101,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError
+    return value
+
+
 def _log_level(raw: str) -> str:
     level = raw.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -186,7 +193,7 @@ class Settings:
     worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
     log_format: str | None = None          # json or console; None: console on a terminal, else json
     # per recipient
-    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst
+    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst (0: off)
     pair_burst: int = 3                    # messages one recipient may get at once
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
 
@@ -237,8 +244,8 @@ class Settings:
             worker_metrics_port=_parse(env, "WA_OUTBOX_WORKER_METRICS_PORT", None, _port,
                                        "a TCP port number (1-65535)"),
             log_format=_parse(env, "LOG_FORMAT", None, _log_format, "json or console"),
-            pair_rate_seconds=_parse(env, "WA_OUTBOX_PAIR_RATE_SECONDS", 6.0, _positive_float,
-                                     "seconds between two messages to one recipient, e.g. 6"),
+            pair_rate_seconds=_parse(env, "WA_OUTBOX_PAIR_RATE_SECONDS", 6.0, _non_negative_float,
+                                     "seconds between two messages to one recipient, e.g. 6 (0: no pacing)"),
             pair_burst=_parse(env, "WA_OUTBOX_PAIR_BURST", 3, _positive_int,
                               "a positive number of messages one recipient may get at once"),
             service_window=_parse(env, "WA_OUTBOX_SERVICE_WINDOW", "off", _service_window, "off or enforce"),

@@ -83,6 +83,7 @@ ALTER TABLE wa_outbox.notifications DROP COLUMN ordered;
 
 
 -- == Pacing per sender =============================================================================================
+CREATE INDEX notifications_dead ON wa_outbox.notifications (id) WHERE status = 'dead';
 DROP INDEX wa_outbox.notifications_dead_or_failed;
 -- Version 1's take_tokens(), exactly.
 -- take_tokens(): the shared token bucket. Grants up to `wanted` sends for a sender now (0 while it is paused) and

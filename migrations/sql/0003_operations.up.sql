@@ -81,6 +81,8 @@ END $$;
 -- Messages Meta reported `failed` belong to the dead-letter queue (dlq list, /v1/dead) with the dead ones: one
 -- partial index serves its newest-first pages.
 CREATE INDEX notifications_dead_or_failed ON wa_outbox.notifications (id) WHERE status IN ('dead', 'failed');
+-- It serves what notifications_dead (dead rows by id, version 2) served too: one index, not two.
+DROP INDEX wa_outbox.notifications_dead;
 
 -- == Per recipient: pacing, order, the service window ============================================================
 -- Order: messages to one recipient from one sender go out in the order they were enqueued (by id), one at a time.

@@ -108,7 +108,9 @@ WITH candidates AS (
 ), paced_on AS (  -- each recipient's budget moves one interval per claimed message (in key order: no deadlocks)
     INSERT INTO wa_outbox.contacts AS ct (phone_number_id, wa_id, pair_paced_until)
     SELECT phone_number_id, recipient, now() + make_interval(secs => count(*) * %(pair_interval)s)
-    FROM claimed GROUP BY phone_number_id, recipient ORDER BY phone_number_id, recipient
+    FROM claimed
+    WHERE %(pair_interval)s > 0  -- pacing off (WA_OUTBOX_PAIR_RATE_SECONDS=0): nothing to remember
+    GROUP BY phone_number_id, recipient ORDER BY phone_number_id, recipient
     ON CONFLICT (phone_number_id, wa_id) DO UPDATE
     SET pair_paced_until = greatest(ct.pair_paced_until, now()) + (excluded.pair_paced_until - now())
 ), events AS (
