@@ -253,7 +253,8 @@ def wa_drain(url: str, n: int, setup: tuple[int, int], *, api_base_url: str = Se
     """Messages/s of `setup` (processes, concurrency) workers, from their start until no row is queued or sending."""
     processes, concurrency = setup
     settings = dataclasses.replace(
-        Settings(), database_url=url, access_token=TOKEN, phone_number_id=SENDER, api_base_url=api_base_url,
+        Settings.from_env({k: v for k, v in os.environ.items() if k.startswith("WA_OUTBOX_PAIR_")}),
+        database_url=url, access_token=TOKEN, phone_number_id=SENDER, api_base_url=api_base_url,
         worker_concurrency=concurrency, rate_limit_mps=1e6, poll_interval=0.1, dry_run=dry_run)
     start, stop = SPAWN.Barrier(processes + 1), SPAWN.Event()
     workers = [SPAWN.Process(target=_run_worker, args=(settings, start, stop), daemon=True)
