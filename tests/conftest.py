@@ -72,8 +72,8 @@ def clean_tables(request):
     with psycopg.connect(url, autocommit=False) as conn:
         conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
         conn.execute("TRUNCATE wa_outbox.notification_events, wa_outbox.notifications, wa_outbox.webhook_events, "
-                     "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, wa_outbox.webhook_bodies "
-                     "RESTART IDENTITY")
+                     "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, "
+                     "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics RESTART IDENTITY")
     yield
 
 

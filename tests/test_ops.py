@@ -206,6 +206,36 @@ def test_the_page_shows_queues_workers_senders_dead_letters_and_campaigns(logged
     assert "<script>" not in html and " style=" not in html  # the CSP allows neither
 
 
+def test_campaigns_are_paused_resumed_and_cancelled_from_the_page(logged_in, db, settings):
+    from wa_outbox import campaigns
+    from wa_outbox.db import create_engine
+    engine = create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    try:
+        campaigns.import_items(engine, name="spring-sale", phone_number_id=SENDER, items=[
+            {"to": f"+55119000000{i:02d}", "message": {"type": "text", "text": {"body": f"hi {i}"}},
+             "idempotency_key": f"spring-{i}"} for i in range(3)])
+    finally:
+        engine.dispose()
+
+    def steer(action: str, csrf: str | None = None):
+        return logged_in.post(f"/ops/campaigns/{action}", data={
+            "csrf_token": _page_csrf(logged_in) if csrf is None else csrf, "name": "spring-sale"})
+
+    def state():
+        return db.execute("SELECT c.status, count(*) FILTER (WHERE n.next_attempt_at = 'infinity'), "
+                          "count(*) FILTER (WHERE n.status = 'cancelled') FROM wa_outbox.campaigns c "
+                          "JOIN wa_outbox.notifications n ON n.campaign_id = c.id GROUP BY c.status").fetchone()
+
+    assert ">Pause</button>" in logged_in.get("/ops").get_data(as_text=True)
+    assert steer("pause", csrf="forged").status_code == 403 and state() == ("active", 0, 0)  # CSRF first
+    assert steer("pause").status_code == 302 and state() == ("paused", 3, 0)
+    assert ">Resume</button>" in logged_in.get("/ops").get_data(as_text=True)
+    assert steer("resume").status_code == 302 and state() == ("active", 0, 0)
+    assert steer("cancel").status_code == 302 and state() == ("cancelled", 0, 3)
+    assert steer("resume").status_code == 302 and state() == ("cancelled", 0, 3)  # refused, said on the page
+    assert "cancelled" in logged_in.get("/ops").get_data(as_text=True)
+
+
 def test_charts_count_the_last_hour_of_the_timeline(logged_in, db):
     dead = _insert(db, status="dead", code=131026)
     html = logged_in.get("/ops").get_data(as_text=True)

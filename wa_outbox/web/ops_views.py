@@ -285,6 +285,22 @@ def resume_sender():
     return redirect(_next_location())
 
 
+@blueprint.post("/campaigns/<any(pause, resume, cancel):action>")
+def steer_campaign(action: str):
+    """Pause, resume or cancel a campaign, as `wa-outbox campaign …` does; the timeline names the session."""
+    from .. import campaigns
+    name = request.form.get("name", "")
+    if not name or len(name) > 200:
+        abort(400, "name must be a campaign's name")
+    try:
+        result = getattr(campaigns, action)(_engine(), name, actor="ops")
+    except campaigns.CampaignError as exc:  # unknown, or not possible in the campaign's state
+        flash(str(exc), "error")
+        return redirect(_next_location())
+    flash(f"Campaign {name}: {result['previous_status']} → {result['status']} ({result['moved']} message(s)).")
+    return redirect(_next_location())
+
+
 # --- template helpers ---------------------------------------------------------------------------------------------
 
 @blueprint.app_template_filter("ops_age")
