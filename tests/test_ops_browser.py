@@ -167,6 +167,7 @@ def test_an_action_without_a_valid_session_or_csrf_token_is_refused(browser, ops
 
     browser.find_element(By.ID, "token").send_keys(API_TOKEN)
     browser.find_element(By.ID, "login").click()
+    _wait(browser, lambda b: "Dead letters" in _text(b), "the ops page")  # the session cookie is set by now
     browser.get(f"{ops_url}/ops/messages/{dead}")
     _wait(browser, lambda b: "Timeline" in _text(b), "the message page")
 
