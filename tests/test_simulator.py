@@ -23,7 +23,7 @@ EXAMPLES = json.loads((Path(__file__).parent / "data" / "openapi" / "message-exa
 READ_RECEIPT = "Send typing indicator and read receipt"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
-# Every code FACTS.md's table names, and the title Meta gives it.
+# Every code the worker's error table (wa_outbox/worker/_classify.py) names, and the title Meta gives it.
 ERROR_TITLES = {
     0: "AuthException", 1: "API Unknown", 2: "API Service", 3: "API Method", 4: "API Too Many Calls",
     10: "Permission Denied", 100: "Invalid parameter", 190: "Access token has expired",

@@ -1,4 +1,4 @@
--- wa-outbox schema, version 1: the whole data model of DESIGN.md.
+-- wa-outbox schema, version 1: the whole data model (outbox, timeline, webhook events, contacts, rate limits, workers).
 -- Everything lives in schema wa_outbox so it can sit beside the app's own tables in the app's database.
 
 CREATE SCHEMA IF NOT EXISTS wa_outbox;

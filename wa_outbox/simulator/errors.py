@@ -1,10 +1,10 @@
 """Graph API errors as Meta writes them: the error JSON of a refused send, and the `errors[]` of a failed status.
 
-Titles and details follow Meta's error-code reference (the codes FACTS.md's table names), so a sender under test sees
-the same text it will see in production. A sender must decide on `error.code`, never on the HTTP status; the simulator
-answers 401 for the authentication codes and 400 for every other code unless a fault rule sets `http_status` (Meta's
-own table gives 5xx or 403 for a few codes, and some reports show 429 for throttling: a rule can reproduce each).
-"""
+Titles and details follow Meta's error-code reference, so a sender under test sees the same text it will see in
+production (https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes). A sender must decide on
+`error.code`, never on the HTTP status; the simulator answers 401 for the authentication codes and 400 for every other
+code unless a fault rule sets `http_status` (Meta's own table gives 5xx or 403 for a few codes, and some reports show
+429 for throttling: a rule can reproduce each). """
 
 from __future__ import annotations
 

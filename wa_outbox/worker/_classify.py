@@ -1,5 +1,6 @@
 """What to do after a send, decided from what the transport saw: Graph `error.code` first, HTTP status second.
-Pure: no I/O, tested without a database. The table follows FACTS.md (Meta's error codes)."""
+Pure: no I/O, tested without a database. The table follows Meta's error codes:
+https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes"""
 
 from __future__ import annotations
 
