@@ -4,7 +4,7 @@ Titles and details follow Meta's error-code reference, so a sender under test se
 production (https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes). A sender must decide on
 `error.code`, never on the HTTP status; the simulator answers 401 for the authentication codes and 400 for every other
 code unless a fault rule sets `http_status` (Meta's own table gives 5xx or 403 for a few codes, and some reports show
-429 for throttling: a rule can reproduce each). """
+429 for throttling: a rule can reproduce each)."""
 
 from __future__ import annotations
 
