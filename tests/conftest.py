@@ -153,3 +153,18 @@ def sim(receiver_url):
 @pytest.fixture
 def sender(db):
     db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', '100000000000001')")
+
+
+@pytest.fixture
+def run(database_url, monkeypatch):
+    """The `wa-outbox` CLI in-process (click's runner) against the test database, as the default sender's operator:
+    `run("dlq", "list")` returns click's Result. Logging is left to pytest's capture."""
+    from click.testing import CliRunner
+
+    from wa_outbox import cli
+    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
+    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
+
+    def invoke(*args: str, input: str | None = None):
+        return CliRunner().invoke(cli.main, list(args), env=env, input=input, catch_exceptions=False)
+    return invoke

@@ -8,13 +8,12 @@ import logging
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from wa_outbox.config import Settings
 from wa_outbox.worker._sender import claim_pacing
-from wa_outbox import campaigns, cli, db as wdb
+from wa_outbox import campaigns, db as wdb
 from wa_outbox.db import create_engine
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -31,16 +30,6 @@ def engine(database_url):
     engine = create_engine(database_url, pool_size=2, isolation_level="AUTOCOMMIT")
     yield engine
     engine.dispose()
-
-
-@pytest.fixture
-def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
-    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": SENDER}
-
-    def invoke(*args: str):
-        return CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
-    return invoke
 
 
 def write_csv(tmp_path, text: str, name: str = "list.csv") -> str:

@@ -7,11 +7,10 @@ import json
 from contextlib import contextmanager
 
 import pytest
-from click.testing import CliRunner
 
 from tests.conftest import API_TOKEN
 from tests.live import running_worker, wait_for, worker_settings
-from wa_outbox import cli, outbox
+from wa_outbox import outbox
 from wa_outbox import db as wa_db
 from wa_outbox.db import create_engine
 from wa_outbox.enqueue import enqueue
@@ -19,13 +18,6 @@ from wa_outbox.states import MessageStatus, TimelineEvent
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 TEXT = {"type": "text", "text": {"body": "seu pedido saiu"}}
-
-
-@pytest.fixture
-def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
-    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
-    return lambda *args: CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
 
 
 def status_of(db, nid: int) -> str:

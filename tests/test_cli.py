@@ -8,16 +8,6 @@ from click.testing import CliRunner
 from wa_outbox import cli
 
 
-@pytest.fixture
-def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)  # keep pytest's log capture
-    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
-
-    def invoke(*args: str, input: str | None = None):
-        return CliRunner().invoke(cli.main, list(args), env=env, input=input, catch_exceptions=False)
-    return invoke
-
-
 def make_dead(db, nid: int, code: int = 131026) -> None:
     db.execute("UPDATE wa_outbox.notifications SET status = 'dead', attempts = 3, last_error = "
                "jsonb_build_object('message', %s::text, 'code', %s::int) WHERE id = %s",

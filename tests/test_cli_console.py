@@ -21,16 +21,6 @@ from wa_outbox import __version__, cli, logs, migrate
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)  # keep pytest's log capture
-    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": "100000000000001"}
-
-    def invoke(*args: str, input: str | None = None):
-        return CliRunner().invoke(cli.main, list(args), env=env, input=input, catch_exceptions=False)
-    return invoke
-
-
 def send(run, to: str = "+5511987654321") -> int:
     return int(run("send", "--to", to, "--text", "x", "--correlation-id", "corr-1").output.split("\t")[0])
 

@@ -9,12 +9,9 @@ import threading
 import time
 
 import psycopg
-import pytest
-from click.testing import CliRunner
 
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from tests.test_worker_process import start_worker_process
-from wa_outbox import cli
 from wa_outbox.enqueue import enqueue_many
 from wa_outbox.worker._classify import THROTTLE_PAUSE_SECONDS, Action, SendResult, classify
 
@@ -39,13 +36,6 @@ def grant_times(db) -> list[float]:
 
 def count(db, where: str) -> int:
     return db.execute(f"SELECT count(*) FROM wa_outbox.notifications WHERE {where}").fetchone()[0]
-
-
-@pytest.fixture
-def run(database_url, monkeypatch):
-    monkeypatch.setattr(cli.logs, "configure", lambda *args, **kwargs: None)
-    env = {"DATABASE_URL": database_url, "WHATSAPP_PHONE_NUMBER_ID": SENDER}
-    return lambda *args: CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
 
 
 # --- pure ----------------------------------------------------------------------------------------------------------
