@@ -11,7 +11,8 @@ sorted by name, and writes:
   and its plots;
 - one PNG per entry of a file's "plots" into the image directory (matplotlib, headless), named after the plot
   (prefixed with the file's name when two files use the same plot name); PNGs left there from plots that no longer
-  exist are removed: the directory is this script's output;
+  exist are removed: the directory is this script's output. A line plot whose x values are positive and span three
+  orders of magnitude gets a logarithmic x axis (a plot's optional "x_scale": "log" or "linear" decides instead);
 - the README's headline block, between `<!-- headline:start -->` and `<!-- headline:end -->` (--no-readme: not).
 --print-headline prints the headline table and writes nothing. Needs no database; the same files give byte-identical
 output. A results file that is not what bench/_results.py writes stops it with a message naming the file and what
@@ -117,6 +118,7 @@ def check(document: Any, where: str) -> None:
         _need(isinstance(plot.get("name"), str) and bool(PLOT_NAME.match(plot["name"])), at,
               '"name" is not a file stem (letters, digits, ".", "_", "-")')
         _need(plot.get("kind", "line") in ("line", "bar"), at, '"kind" is neither "line" nor "bar"')
+        _need(plot.get("x_scale") in (None, "log", "linear"), at, '"x_scale" is neither "log" nor "linear"')
         _need(isinstance(plot.get("series"), dict) and plot["series"], at, 'no "series"')
         for label, points in plot["series"].items():
             _need(isinstance(points, list) and all(isinstance(p, list) and len(p) == 2 and _is_number(p[1])
@@ -284,14 +286,22 @@ def not_measured(results: list[Result]) -> list[str]:
 # --- plots ----------------------------------------------------------------------------------------------------------
 
 
-def draw(plot: Plot, path: Path) -> None:
+def wide(xs: Any) -> bool:
+    """Positive x values spanning three orders of magnitude or more (history sizes: 10 thousand to 10 million), which
+    a linear axis would crowd into one corner."""
+    values = list(xs)
+    return bool(values) and min(values) > 0 and max(values) / min(values) >= 1000
+
+
+def figure(plot: Plot) -> Any:
+    """The plot as a matplotlib figure (close it with pyplot.close)."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot
     from matplotlib.ticker import FuncFormatter
 
     spec = plot.spec
-    figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
+    drawn, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
     series = spec["series"]
     if spec.get("kind", "line") == "bar":
         categories: list[str] = []
@@ -302,14 +312,18 @@ def draw(plot: Plot, path: Path) -> None:
             heights = dict((str(x), y) for x, y in points)
             positions = [i - 0.4 + width * (index + 0.5) for i in range(len(categories))]
             axes.bar(positions, [heights.get(c, 0) for c in categories], width, label=label)
-        axes.set_xticks(range(len(categories)), categories,
-                        rotation=20 if sum(map(len, categories)) > 60 else 0, ha="right" if
-                        sum(map(len, categories)) > 60 else "center")
+        crowded = sum(map(len, categories)) > 60
+        axes.set_xticks(range(len(categories)), categories, rotation=20 if crowded else 0,
+                        ha="right" if crowded else "center")
     else:
         categorical = any(not _is_number(x) for points in series.values() for x, _ in points)
         for label, points in series.items():
             xs = [str(x) for x, _ in points] if categorical else [x for x, _ in points]
             axes.plot(xs, [y for _, y in points], marker="o" if len(points) <= 40 else None, label=label)
+        if spec.get("x_scale") in ("log", "linear"):
+            axes.set_xscale(spec["x_scale"])
+        elif not categorical and wide(x for points in series.values() for x, _ in points):
+            axes.set_xscale("log")
     axes.set_title(spec.get("title") or spec["name"])
     axes.set_xlabel(spec.get("x_label") or "")
     axes.set_ylabel(spec.get("y_label") or "")
@@ -319,10 +333,17 @@ def draw(plot: Plot, path: Path) -> None:
     axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if abs(y) >= 1000 else f"{y:g}"))
     if len(series) > 1:
         axes.legend()
-    figure.tight_layout()
+    drawn.tight_layout()
+    return drawn
+
+
+def draw(plot: Plot, path: Path) -> None:
+    from matplotlib import pyplot
+
+    drawn = figure(plot)
     # No Software/date metadata: the same results give the same bytes.
-    figure.savefig(path, format="png", metadata={"Software": None})
-    pyplot.close(figure)
+    drawn.savefig(path, format="png", metadata={"Software": None})
+    pyplot.close(drawn)
 
 
 # --- the whole report ---------------------------------------------------------------------------------------------

@@ -111,6 +111,22 @@ def test_plots_are_png_files_of_the_figure_size(site):
         assert (width, height) == (800, 450)
 
 
+@pytest.mark.parametrize("xs, given, scale", [
+    ([10_000, 1_000_000, 10_000_000], None, "log"),     # history sizes: log, or the first two points overlap
+    ([0, 1, 2, 120], None, "linear"),                   # seconds of a run
+    ([10_000, 1_000_000, 10_000_000], "linear", "linear"),
+    ([1, 2, 3], "log", "log"),
+])
+def test_wide_x_ranges_get_a_log_axis(xs, given, scale):
+    pyplot = pytest.importorskip("matplotlib.pyplot", reason="matplotlib is not installed (it is in the dev extras)")
+    spec = {"name": "p", "kind": "line", "series": {"claims/s": [[x, 100] for x in xs]}}
+    if given:
+        spec["x_scale"] = given
+    drawn = report.figure(report.Plot("p.png", spec))
+    assert drawn.axes[0].get_xscale() == scale
+    pyplot.close(drawn)
+
+
 def test_same_results_give_the_same_bytes_and_stale_plots_go(site):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (it is in the dev extras)")
     assert run(site) == 0
@@ -164,6 +180,8 @@ def test_no_results_yet(tmp_path):
         {"name": "../escape", "series": {"s": [[0, 1]]}}]}})), 'plot 1: "name" is not a file stem'),
     (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"plots": [
         {"name": "p", "kind": "pie", "series": {"s": [[0, 1]]}}]}})), 'plot 1: "kind" is neither'),
+    (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"plots": [
+        {"name": "p", "series": {"s": [[0, "many"]]}}]}})), 'series "s" is not a list of [x, y] pairs'),
 ])
 def test_a_bad_results_file_is_named_and_nothing_is_written(site, capsys, damage, problem):
     bad = site["results"] / "claim.json"
