@@ -90,7 +90,7 @@ def check(document: Any, where: str) -> None:
     _need(isinstance(document, dict), where, "not a JSON object")
     for key in ("bench", "results"):
         _need(key in document, where, f'no "{key}"')
-    _need(isinstance(document["bench"], str) and document["bench"], where, '"bench" is not a name')
+    _need(isinstance(document["bench"], str) and bool(document["bench"]), where, '"bench" is not a name')
     _need(isinstance(document["results"], dict), where, '"results" is not an object')
     for key, kind in (("machine", dict), ("argv", list), ("facts", str), ("when", str)):
         _need(document.get(key) is None or isinstance(document[key], kind), where, f'"{key}" is not a {kind.__name__}')
@@ -99,7 +99,7 @@ def check(document: Any, where: str) -> None:
         at = f'{where}: headline row {number}'
         _need(isinstance(row, dict), at, "not an object")
         for key in ("what", "unit"):
-            _need(isinstance(row.get(key), str) and row[key], at, f'no "{key}"')
+            _need(isinstance(row.get(key), str) and bool(row[key]), at, f'no "{key}"')
         _need("value" in row, at, 'no "value"')
         for key in ("reference", "ratio"):
             _need(row.get(key) is None or _is_number(row[key]), at, f'"{key}" is not a number')

@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         summary.append((bench.name, status, seconds))
 
     print(f"\nbenchmarks done in {time.monotonic() - began:.0f} s:")
-    for name, status, seconds in summary:
-        print(f"  {name:<16} {status}" + (f" ({seconds:.1f} s)" if seconds is not None else ""))
+    for name, status, took in summary:
+        print(f"  {name:<16} {status}" + (f" ({took:.1f} s)" if took is not None else ""))
     failed = [name for name, status, _ in summary if status.startswith("FAILED")]
 
     if not args.no_report:
