@@ -39,6 +39,7 @@ import queue
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -139,6 +140,13 @@ class Processes:
         self.web.send_signal(signal.SIGTERM)
         self.web.wait(timeout=30)
         self.start_web()
+        wait(lambda: self.web_up(), 60, "the web app after its restart")
+
+    def web_up(self) -> bool:
+        """Ready, and served by our gunicorn (had it failed to bind, another process could be answering)."""
+        if self.web.poll() is not None:
+            raise SystemExit(f"chaos: gunicorn exited ({self.web.returncode}); see web.log")
+        return web_ready(f"http://127.0.0.1:{self.web_port}")
 
     def start_worker(self, name: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=self.env,
@@ -172,6 +180,12 @@ class Processes:
                     proc.wait()
         for handle in self._logs:
             handle.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def web_ready(url: str) -> bool:
@@ -723,7 +737,7 @@ def main() -> None:
         with psycopg.connect(pg.url, autocommit=True) as conn:
             conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', %s)", (SENDER,))
             pg_version = conn.execute("SHOW server_version").fetchone()[0]
-        web_port = 18000 + rng.randrange(1000)
+        web_port = free_port()  # never a fixed one: another run on this machine must not answer our requests
         web_url = f"http://127.0.0.1:{web_port}"
         throttles = max(3, n // 1000)  # each 130429 pauses the sender 2 s: a few, not 1 % of all sends
         faults = [{"mode": "error", "code": 131026, "match": {"to": PERMANENT}},
@@ -749,7 +763,7 @@ def main() -> None:
             procs = Processes(env, web_port, directory)
             happened("start")
             procs.start_web()
-            wait(lambda: web_ready(web_url), 60, "the web app")
+            wait(procs.web_up, 60, "the web app")
             procs.start_workers()
             enqueuer = Enqueuer(pg.url, web_url, n, nul_per_way=3)
             inbound = Inbound(sim, web_url)
