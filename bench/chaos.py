@@ -104,6 +104,13 @@ class Postgres:
     def _ctl(self, *args: str) -> None:
         self._pg_ctl(["-w", *args], pgdata=self.pgdata, user=self.server.system_user, timeout=60)
 
+    def stop(self) -> None:
+        """Stop the server whatever happened (it may have been restarted under another process id)."""
+        with contextlib.suppress(Exception):
+            self._ctl("-m", "immediate", "stop")
+        with contextlib.suppress(Exception):
+            self.server.cleanup()
+
     def outage(self, mode: str, seconds: float, meanwhile=None) -> None:
         """Stop the server (`fast` or `immediate`: a crash), run `meanwhile`, keep it down `seconds`, start it."""
         stopping = now()
@@ -712,6 +719,113 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
             **{k: v for k, v in f.items() if k != "series"}, "series": f["series"]}
 
 
+def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, happened):
+    """Start everything, enqueue under fire, settle, audit. Returns (figures, violations, processes, version)."""
+    migrate.upgrade(pg.url)
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', %s)", (SENDER,))
+        pg_version = conn.execute("SHOW server_version").fetchone()[0]
+    web_port = free_port()  # never a fixed one: another run on this machine must not answer our requests
+    web_url = f"http://127.0.0.1:{web_port}"
+    throttles = max(3, n // 1000)  # each 130429 pauses the sender 2 s: a few, not 1 % of all sends
+    faults = [{"mode": "error", "code": 131026, "match": {"to": PERMANENT}},
+              {"mode": "http_error", "status": 503, "rate": 0.04},
+              {"mode": "error", "code": 131000, "rate": 0.04},
+              {"mode": "timeout", "ms": 3000, "rate": 0.01},
+              {"mode": "lost_response", "rate": 0.03},
+              {"mode": "error", "code": 130429, "rate": 0.01, "count": throttles},
+              {"mode": "error", "code": 131056, "rate": 0.01}]
+    with SimulatorServer(access_token=ACCESS, app_secret=SECRET, webhook_url=f"{web_url}/webhooks/whatsapp",
+                         faults=faults, seed=11, status_delays_ms=(30, 60, 90), duplicate_rate=1.0,
+                         duplicate_max=3, reorder_rate=0.3, batch_rate=0.3, webhook_max_batch=20,
+                         webhook_max_attempts=40, webhook_retry_ms=200) as sim:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
+        env.update(DATABASE_URL=pg.url, WHATSAPP_APP_SECRET=SECRET, WHATSAPP_VERIFY_TOKEN="chaos-verify",
+                   WA_OUTBOX_API_TOKENS=TOKEN, WHATSAPP_ACCESS_TOKEN=ACCESS, WHATSAPP_PHONE_NUMBER_ID=SENDER,
+                   WHATSAPP_API_BASE_URL=sim.base_url, WA_OUTBOX_POLL_INTERVAL="0.2",
+                   WA_OUTBOX_RATE_LIMIT_MPS=f"{args.mps:g}",
+                   WA_OUTBOX_CONNECT_TIMEOUT="1", WA_OUTBOX_SEND_TIMEOUT="2", WA_OUTBOX_LEASE_SECONDS="10",
+                   WA_OUTBOX_RETRY_BASE_SECONDS="0.2", WA_OUTBOX_RETRY_MAX_SECONDS="2",
+                   WA_OUTBOX_UNKNOWN_WINDOW_SECONDS="30", WA_OUTBOX_WORKER_CONCURRENCY="16",
+                   WA_OUTBOX_SHUTDOWN_GRACE="5", LOG_LEVEL="WARNING")
+        procs = Processes(env, web_port, directory)
+        happened("start")
+        procs.start_web()
+        wait(procs.web_up, 60, "the web app")
+        procs.start_workers()
+        enqueuer = Enqueuer(pg.url, web_url, n, nul_per_way=3)
+        inbound = Inbound(sim, web_url)
+        stop = threading.Event()
+        enqueuing = threading.Thread(target=enqueuer.run, name="enqueue")
+        customers = threading.Thread(target=inbound.run, args=(stop,), name="inbound")
+        enqueuing.start()
+        customers.start()
+        problems: list[str] = []
+        enqueued_at: list[float] = []
+        try:
+            def queued() -> int:
+                with psycopg.connect(pg.url, connect_timeout=2) as conn:
+                    return conn.execute("SELECT count(*) FROM wa_outbox.notifications "
+                                        "WHERE status = 'queued'").fetchone()[0]
+
+            # The fire, at fractions of the enqueueing: the web restarted, Postgres stopped (fast) and
+            # crashed, with a worker started while it is down; a worker SIGKILLed every 3 s until drained.
+            fire = [(0.15, "web restarted", procs.restart_web),
+                    (0.35, "postgres stopped (fast) for 2 s and started",
+                     lambda: pg.outage("fast", 2.0)),
+                    (0.6, "postgres crashed (immediate) for 4 s, a worker started meanwhile, and started",
+                     lambda: pg.outage("immediate", 4.0, procs.start_late_worker))]
+            next_kill = time.monotonic() + 3
+            while True:
+                time.sleep(0.25)
+                if fire and enqueuer.done >= fire[0][0] * n:
+                    _, label, action = fire.pop(0)
+                    action()
+                    happened(label)
+                if not enqueuing.is_alive() and not enqueued_at:
+                    enqueued_at.append(now())
+                    happened(f"all {n:,} enqueued")
+                if time.monotonic() >= next_kill:
+                    next_kill = time.monotonic() + 3
+                    # Until the backlog is nearly gone: each kill leaves sends unknown for up to a window.
+                    if enqueuing.is_alive() or fire or retrying(queued, "the queue depth") > n // 50:
+                        procs.kill_a_worker()
+                    else:
+                        break
+            enqueuing.join()
+            happened(f"{procs.kills} workers killed; now settling")
+            stop.set()
+            customers.join()
+
+            def settled() -> bool:
+                try:
+                    with psycopg.connect(pg.url) as conn:
+                        pending = conn.execute(
+                            "SELECT (SELECT count(*) FROM wa_outbox.notifications "
+                            "        WHERE status IN ('queued', 'sending', 'unknown'))"
+                            "     + (SELECT count(*) FROM wa_outbox.webhook_events "
+                            "        WHERE status IN ('queued', 'processing'))").fetchone()[0]
+                except psycopg.OperationalError:
+                    return False
+                return pending == 0 and sim.wait_for_webhooks_idle(0.1)
+            with contextlib.suppress(SystemExit):
+                wait(settled, args.timeout, "every message and webhook event settled")
+            happened("settled")
+
+            def injected_130429() -> int:
+                [rule] = [r for r in sim.faults() if r.get("code") == 130429]
+                return throttles - rule["remaining"]
+            run = {"url": pg.url, "sim": sim, "enqueuer": enqueuer, "inbound": inbound, "mps": args.mps,
+                   "access_log": directory / "access.log", "down": pg.down, "t0": timeline[0][0],
+                   "late_pid": procs.late.pid if procs.late else None,
+                   "late_exit": procs.late.poll() if procs.late else None, "injected_130429": injected_130429}
+            problems, figures = audit(run)
+        finally:
+            stop.set()
+            procs.stop()
+    return figures, problems, procs, pg_version
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=10_000, help="messages (default 10,000)")
@@ -721,7 +835,6 @@ def main() -> None:
     add_json_argument(parser)
     args = parser.parse_args()
     n = 1000 if args.quick else args.n
-    rng = random.Random(7)
     started = time.monotonic()
     timeline: list[tuple[float, str]] = []
 
@@ -733,109 +846,10 @@ def main() -> None:
         directory = Path(tmp)
         os.chmod(directory, 0o755)  # pgserver runs the server as its own user when we are root
         pg = Postgres(directory)
-        migrate.upgrade(pg.url)
-        with psycopg.connect(pg.url, autocommit=True) as conn:
-            conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', %s)", (SENDER,))
-            pg_version = conn.execute("SHOW server_version").fetchone()[0]
-        web_port = free_port()  # never a fixed one: another run on this machine must not answer our requests
-        web_url = f"http://127.0.0.1:{web_port}"
-        throttles = max(3, n // 1000)  # each 130429 pauses the sender 2 s: a few, not 1 % of all sends
-        faults = [{"mode": "error", "code": 131026, "match": {"to": PERMANENT}},
-                  {"mode": "http_error", "status": 503, "rate": 0.04},
-                  {"mode": "error", "code": 131000, "rate": 0.04},
-                  {"mode": "timeout", "ms": 3000, "rate": 0.01},
-                  {"mode": "lost_response", "rate": 0.03},
-                  {"mode": "error", "code": 130429, "rate": 0.01, "count": throttles},
-                  {"mode": "error", "code": 131056, "rate": 0.01}]
-        with SimulatorServer(access_token=ACCESS, app_secret=SECRET, webhook_url=f"{web_url}/webhooks/whatsapp",
-                             faults=faults, seed=11, status_delays_ms=(30, 60, 90), duplicate_rate=1.0,
-                             duplicate_max=3, reorder_rate=0.3, batch_rate=0.3, webhook_max_batch=20,
-                             webhook_max_attempts=40, webhook_retry_ms=200) as sim:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
-            env.update(DATABASE_URL=pg.url, WHATSAPP_APP_SECRET=SECRET, WHATSAPP_VERIFY_TOKEN="chaos-verify",
-                       WA_OUTBOX_API_TOKENS=TOKEN, WHATSAPP_ACCESS_TOKEN=ACCESS, WHATSAPP_PHONE_NUMBER_ID=SENDER,
-                       WHATSAPP_API_BASE_URL=sim.base_url, WA_OUTBOX_POLL_INTERVAL="0.2",
-                       WA_OUTBOX_RATE_LIMIT_MPS=f"{args.mps:g}",
-                       WA_OUTBOX_CONNECT_TIMEOUT="1", WA_OUTBOX_SEND_TIMEOUT="2", WA_OUTBOX_LEASE_SECONDS="10",
-                       WA_OUTBOX_RETRY_BASE_SECONDS="0.2", WA_OUTBOX_RETRY_MAX_SECONDS="2",
-                       WA_OUTBOX_UNKNOWN_WINDOW_SECONDS="30", WA_OUTBOX_WORKER_CONCURRENCY="16",
-                       WA_OUTBOX_SHUTDOWN_GRACE="5", LOG_LEVEL="WARNING")
-            procs = Processes(env, web_port, directory)
-            happened("start")
-            procs.start_web()
-            wait(procs.web_up, 60, "the web app")
-            procs.start_workers()
-            enqueuer = Enqueuer(pg.url, web_url, n, nul_per_way=3)
-            inbound = Inbound(sim, web_url)
-            stop = threading.Event()
-            enqueuing = threading.Thread(target=enqueuer.run, name="enqueue")
-            customers = threading.Thread(target=inbound.run, args=(stop,), name="inbound")
-            enqueuing.start()
-            customers.start()
-            problems: list[str] = []
-            enqueued_at: list[float] = []
-            try:
-                def queued() -> int:
-                    with psycopg.connect(pg.url, connect_timeout=2) as conn:
-                        return conn.execute("SELECT count(*) FROM wa_outbox.notifications "
-                                            "WHERE status = 'queued'").fetchone()[0]
-
-                # The fire, at fractions of the enqueueing: the web restarted, Postgres stopped (fast) and
-                # crashed, with a worker started while it is down; a worker SIGKILLed every 3 s until drained.
-                fire = [(0.15, "web restarted", procs.restart_web),
-                        (0.35, "postgres stopped (fast) for 2 s and started",
-                         lambda: pg.outage("fast", 2.0)),
-                        (0.6, "postgres crashed (immediate) for 4 s, a worker started meanwhile, and started",
-                         lambda: pg.outage("immediate", 4.0, procs.start_late_worker))]
-                next_kill = time.monotonic() + 3
-                while True:
-                    time.sleep(0.25)
-                    if fire and enqueuer.done >= fire[0][0] * n:
-                        _, label, action = fire.pop(0)
-                        action()
-                        happened(label)
-                    if not enqueuing.is_alive() and not enqueued_at:
-                        enqueued_at.append(now())
-                        happened(f"all {n:,} enqueued")
-                    if time.monotonic() >= next_kill:
-                        next_kill = time.monotonic() + 3
-                        # Until the backlog is nearly gone: each kill leaves sends unknown for up to a window.
-                        if enqueuing.is_alive() or fire or retrying(queued, "the queue depth") > n // 50:
-                            procs.kill_a_worker()
-                        else:
-                            break
-                enqueuing.join()
-                happened(f"{procs.kills} workers killed; now settling")
-                stop.set()
-                customers.join()
-
-                def settled() -> bool:
-                    try:
-                        with psycopg.connect(pg.url) as conn:
-                            pending = conn.execute(
-                                "SELECT (SELECT count(*) FROM wa_outbox.notifications "
-                                "        WHERE status IN ('queued', 'sending', 'unknown'))"
-                                "     + (SELECT count(*) FROM wa_outbox.webhook_events "
-                                "        WHERE status IN ('queued', 'processing'))").fetchone()[0]
-                    except psycopg.OperationalError:
-                        return False
-                    return pending == 0 and sim.wait_for_webhooks_idle(0.1)
-                with contextlib.suppress(SystemExit):
-                    wait(settled, args.timeout, "every message and webhook event settled")
-                happened("settled")
-
-                def injected_130429() -> int:
-                    [rule] = [r for r in sim.faults() if r.get("code") == 130429]
-                    return throttles - rule["remaining"]
-                run = {"url": pg.url, "sim": sim, "enqueuer": enqueuer, "inbound": inbound, "mps": args.mps,
-                       "access_log": directory / "access.log", "down": pg.down, "t0": timeline[0][0],
-                       "late_pid": procs.late.pid if procs.late else None,
-                       "late_exit": procs.late.poll() if procs.late else None, "injected_130429": injected_130429}
-                problems, figures = audit(run)
-            finally:
-                stop.set()
-                procs.stop()
-        pg.server.cleanup()
+        try:
+            figures, problems, procs, pg_version = fire_and_audit(args, n, pg, directory, timeline, happened)
+        finally:
+            pg.stop()
     elapsed = time.monotonic() - started
     report(n, elapsed, procs, pg, timeline, problems, figures, args)
     facts = (f"embedded Postgres {pg_version} (pgserver), gunicorn 2 × gthread, {WORKERS} + 1 workers × 16, "
