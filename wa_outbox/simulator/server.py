@@ -43,8 +43,8 @@ class SimulatorServer:
             assert len(sim.messages(to="+5511…")) == 1
 
     Keyword arguments beyond the named ones are `SimulatorConfig` fields (status_delays_ms, final_status, mps,
-    pair_limit, duplicate_rate, duplicate_max, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A server is
-    started once; `stop()` ends it for good.
+    pair_limit, duplicate_rate, duplicate_max, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A
+    server is started once; `stop()` ends it for good.
     """
 
     def __init__(self, access_token: str = "dev-access-token", app_secret: str = "dev-app-secret",

@@ -6,11 +6,11 @@ Shape: `{"object": "whatsapp_business_account", "entry": [{"id": <WABA id>, "cha
 HMAC-SHA256 of those bytes with the app secret>`, exactly the bytes a receiver must verify.
 
 Delivery is Meta-like where a receiver's correctness depends on it: statuses arrive after the send was answered
-(never inside it), possibly again and again (`duplicate_rate`, up to `duplicate_max` more times), out of order (`reorder_rate`), several in one POST
-(`batch_rate`; and `webhook_max_batch` when statuses pile up behind a slow receiver), and a POST answered with
-anything but 200 (or not at all) is retried with exponential backoff, a bounded number of times. One scheduler
-thread keeps a heap of due deliveries and hands them to a few sender threads, so a slow receiver never blocks the
-send path.
+(never inside it), possibly again (`duplicate_rate`, 1 to `duplicate_max` more times), out of order (`reorder_rate`),
+several in one POST (`batch_rate`; and `webhook_max_batch` when statuses pile up behind a slow receiver), and a POST
+answered with anything but 200 (or not at all) is retried with exponential backoff, a bounded number of times. One
+scheduler thread keeps a heap of due deliveries and hands them to a few sender threads, so a slow receiver never
+blocks the send path.
 """
 
 from __future__ import annotations
