@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import socket
+import sys
 import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,8 +43,8 @@ class SimulatorServer:
             assert len(sim.messages(to="+5511…")) == 1
 
     Keyword arguments beyond the named ones are `SimulatorConfig` fields (status_delays_ms, final_status, mps,
-    pair_limit, duplicate_rate, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A server is
-    started once; `stop()` ends it for good.
+    pair_limit, duplicate_rate, duplicate_max, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A
+    server is started once; `stop()` ends it for good.
     """
 
     def __init__(self, access_token: str = "dev-access-token", app_secret: str = "dev-app-secret",
@@ -154,6 +155,11 @@ class _Server(ThreadingHTTPServer):
     def server_bind(self) -> None:
         TCPServer.server_bind(self)  # not HTTPServer's, which resolves the host name (a DNS lookup)
         self.server_name, self.server_port = self.server_address[:2]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client went away mid-request (a worker killed, a timeout): nothing worth a traceback
+        super().handle_error(request, client_address)
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._connections_lock:
