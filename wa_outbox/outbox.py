@@ -7,8 +7,10 @@ import dataclasses
 import json
 import time
 import uuid
+from datetime import datetime
 from typing import Any, Callable
 
+import psycopg
 import sqlalchemy as sa
 from psycopg.rows import dict_row
 
@@ -142,16 +144,18 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
     return result
 
 
-def _latest(*times):
+def _latest(*times: datetime | None) -> datetime:
     return max(t for t in times if t is not None)
 
 
-def _prune_walk(cursor, table: str, cutoff, params: dict[str, Any], batch_size: int,
-                on_batch: Callable[[dict[str, Any], float, float], None]) -> None:
+def _prune_walk(cursor: psycopg.Cursor[dict[str, Any]], table: str, cutoff: datetime, params: dict[str, Any],
+                batch_size: int, on_batch: Callable[[dict[str, Any], float, float], None]) -> None:
     """Delete `table`'s prunable rows batch by batch along the primary key, up to the last id created before
     `cutoff` (prune_<table>_probe.sql bisected; later rows cannot be old enough)."""
     def probe(at: int) -> dict[str, Any]:
-        return cursor.execute(db.query(f"prune_{table}_probe"), {"id": at}).fetchone()
+        row = cursor.execute(db.query(f"prune_{table}_probe"), {"id": at}).fetchone()
+        assert row is not None  # the query always returns one row
+        return row
 
     first = probe(0)
     if first["id"] is None or first["created_at"] >= cutoff:
@@ -173,6 +177,7 @@ def _prune_walk(cursor, table: str, cutoff, params: dict[str, Any], batch_size: 
             cursor.execute("SET LOCAL wa_outbox.allow_prune = 'on'")  # the timeline's door, for this batch only
             row = cursor.execute(db.query(f"prune_{table}_batch"),
                                  {**params, "after": after, "until": until, "limit": batch_size}).fetchone()
+        assert row is not None  # the query always returns one row
         after = row["next_after"]
         on_batch(row, time.monotonic() - batch_started, min(1.0, (after - first["id"] + 1) / span))
 
