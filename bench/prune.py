@@ -7,9 +7,11 @@ In a scratch database (created and dropped) on DATABASE_URL's server (else the e
    (queued, sending, sent, delivered: 5 million rows for a million messages), written set-based in id order as
    a live outbox writes them, then VACUUM ANALYZE (what autovacuum would have done on a live server);
 2. a copy of the old events in a table of its own: what a time partition holding them would be, to time its DROP;
-3. QUEUED due messages, and 2 worker processes x 128 in dry run (claim, record, timeline; no HTTP) draining them:
-   BASE seconds alone, then `outbox.prune(days=30)` (what `wa-outbox prune --days 30` runs) beside them until it
-   ends, then TAIL seconds alone again: the reference is their rate alone, before and after the prune together;
+3. QUEUED due messages, and 2 worker processes x 128 in dry run (claim, record, timeline; no HTTP) draining them, and
+   `outbox.prune(days=30)` (what `wa-outbox prune --days 30` runs) beside them in PHASE-second stretches with
+   PHASE-second pauses between them: the reference is the workers' rate in the pauses (and PHASE seconds before the
+   first stretch and after the last), interleaved with the stretches so that the machine's drifting load (other
+   processes share it) weighs on both alike. The prune's rate is over its stretches only;
 4. the workers' sends per second over the whole run, read afterwards from the timeline (its `sent` events, through
    the BRIN index on created_at: nothing samples the database while the run is measured);
 5. sizes before and after the prune and after the VACUUM that follows it (what autovacuum has to do after a DELETE),
@@ -95,14 +97,22 @@ def clock(conn: psycopg.Connection):
     return conn.execute("SELECT clock_timestamp()").fetchone()[0]
 
 
+def square_wave(windows, origin, height: float) -> list[list[float]]:
+    """Points drawing `windows` (pairs of times) as a square wave of `height` over 0, x in seconds since `origin`."""
+    points: list[list[float]] = []
+    for a, b in windows:
+        x0, x1 = round((a - origin).total_seconds(), 2), round((b - origin).total_seconds(), 2)
+        points += [[x0, 0], [x0, height], [x1, height], [x1, 0]]
+    return points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000, help="finished messages of history (each with "
                         f"{len(EVENTS)} events: 1,000,000 is 5 million rows)")
-    parser.add_argument("--queued", type=int, default=1_200_000, help="due messages for the workers")
-    parser.add_argument("--base", type=float, default=25.0, help="seconds the workers drain alone first (the "
-                        "first fifth is their warm-up, not counted)")
-    parser.add_argument("--tail", type=float, default=20.0, help="seconds they drain alone after the prune")
+    parser.add_argument("--queued", type=int, default=1_500_000, help="due messages for the workers")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds the workers run before anything counts")
+    parser.add_argument("--phase", type=float, default=5.0, help="seconds of each prune stretch and of each pause")
     parser.add_argument("--batch-size", type=int, default=outbox.PRUNE_BATCH)
     add_json_argument(parser)
     args = parser.parse_args()
@@ -136,19 +146,30 @@ def main() -> None:
             before = sizes_mb(conn)
             start.wait(timeout=120)
             t_start = clock(conn)
-            time.sleep(args.base)
-            t_prune = clock(conn)
+            time.sleep(args.warmup)
+            t_counted = clock(conn)
+            time.sleep(args.phase)
+            # The prune runs in PHASE-second stretches with PHASE-second pauses between them (after a batch has
+            # committed): its windows and the workers' windows alone interleave, so a drift of the machine's load
+            # over the run (other processes, the queue's dead index entries) weighs on both alike.
+            on = [clock(conn)]  # alternately: a prune stretch starts, ends, starts, ...
             last = [time.perf_counter()]
 
             def on_batch(result: outbox.PruneResult) -> None:
                 now = time.perf_counter()
                 batch_seconds.append(now - last[0])
-                last[0] = now
+                if now - phase_started[0] >= args.phase:
+                    on.append(clock(conn))
+                    time.sleep(args.phase)
+                    on.append(clock(conn))
+                    phase_started[0] = time.perf_counter()
+                last[0] = time.perf_counter()
+            phase_started = [time.perf_counter()]
             print("prune ...", flush=True)
             result = outbox.prune(engine, days=DAYS, batch_size=args.batch_size, progress=on_batch)
-            t_pruned = clock(conn)
+            on.append(clock(conn))
             left = conn.execute("SELECT count(*) FROM wa_outbox.notifications WHERE status = 'queued'").fetchone()[0]
-            time.sleep(args.tail)
+            time.sleep(args.phase)
             t_end = clock(conn)
             stop.set()
             for worker in workers:
@@ -160,18 +181,15 @@ def main() -> None:
                 "WHERE event = 'sent' AND created_at >= %s AND created_at < %s GROUP BY 1 ORDER BY 1",
                 (t_start, t_start, t_end)).fetchall()
 
-            def sends_per_second(since, until) -> float:
-                sent = conn.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sent' "
+            def sent_between(since, until) -> int:
+                return conn.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sent' "
                                     "AND created_at >= %s AND created_at < %s", (since, until)).fetchone()[0]
-                return sent / (until - since).total_seconds()
-            warm = t_start + (t_prune - t_start) / 5  # the first fifth of the reference window: workers warming up
-            before_rate = sends_per_second(warm, t_prune)
-            during = sends_per_second(t_prune, t_pruned)
-            after_rate = sends_per_second(t_pruned, t_end)
-            # The reference: the same workers without the prune, before and after it (time-weighted), so a drift of
-            # their speed over the run (the queue's dead index entries, with autovacuum off) weighs on both sides.
-            alone_seconds = (t_prune - warm).total_seconds(), (t_end - t_pruned).total_seconds()
-            alone = ((before_rate * alone_seconds[0] + after_rate * alone_seconds[1]) / sum(alone_seconds))
+            pruning = list(zip(on[0::2], on[1::2]))
+            alone_windows = [(t_counted, on[0])] + list(zip(on[1::2], on[2::2])) + [(on[-1], t_end)]
+            prune_seconds = sum((b - a).total_seconds() for a, b in pruning)
+            alone_seconds = sum((b - a).total_seconds() for a, b in alone_windows)
+            during = sum(sent_between(a, b) for a, b in pruning) / prune_seconds
+            alone = sum(sent_between(a, b) for a, b in alone_windows) / alone_seconds
             remaining = conn.execute("SELECT count(*) FROM wa_outbox.notifications WHERE created_at < "
                                      "now() - interval '30 days'").fetchone()[0]
         engine.dispose()
@@ -182,7 +200,6 @@ def main() -> None:
             conn.execute("DROP TABLE public.events_partition")
             drop_seconds = time.perf_counter() - started
 
-    prune_seconds = (t_pruned - t_prune).total_seconds()
     rows_per_second = result.rows / prune_seconds
     ordered = sorted(batch_seconds)
     p50 = statistics.median(ordered)
@@ -191,9 +208,9 @@ def main() -> None:
     print(f"pruned {result.messages:,} messages + {result.events:,} events = {result.rows:,} rows in "
           f"{prune_seconds:.1f} s: {rows_per_second:,.0f} rows/s; {result.batches} batches of {args.batch_size} "
           f"messages, p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, longest {result.longest_batch_seconds * 1000:.0f} ms")
-    print(f"workers (2 x 128, dry run): {alone:,.0f} sends/s alone ({before_rate:,.0f} before the prune, "
-          f"{after_rate:,.0f} after), {during:,.0f} during it ({during / alone:.2f}); queue left at the prune's end: "
-          f"{left:,}")
+    print(f"workers (2 x 128, dry run): {alone:,.0f} sends/s alone ({alone_seconds:.0f} s), {during:,.0f} while the "
+          f"prune ran ({prune_seconds:.0f} s in {len(pruning)} stretches): {during / alone:.2f}; queue left at the "
+          f"prune's end: {left:,}")
     print(f"sizes MB before {before}, after the prune {after}, after VACUUM ({vacuum_seconds:.1f} s) {vacuumed}")
     print(f"a partition of the same events: {partition_mb:.0f} MB, written in {copy_seconds:.1f} s, dropped in "
           f"{drop_seconds * 1000:.0f} ms")
@@ -209,7 +226,7 @@ def main() -> None:
          "ratio": None, "goal": "a fraction of a second", "met": result.longest_batch_seconds < 0.5},
         {"what": "workers' sends during the prune (dry run, 2 x 128)", "unit": "messages/s", "value": round(during),
          "reference": round(alone),
-         "reference_name": "the same workers without the prune, before and after it in the same run",
+         "reference_name": "the same workers in the pauses between the prune's stretches, same run",
          "ratio": round(during / alone, 3), "goal": None, "met": None},
     ]
     results = {
@@ -220,25 +237,23 @@ def main() -> None:
                    "batches": result.batches, "batch_size": args.batch_size,
                    "batch_ms": {"p50": round(p50 * 1000, 1), "p99": round(p99 * 1000, 1),
                                 "max": round(result.longest_batch_seconds * 1000, 1)}},
-        "workers": {"setup": "2 processes x 128, dry run", "alone": round(alone), "before_prune": round(before_rate),
-                    "during_prune": round(during), "after_prune": round(after_rate), "ratio": round(during / alone, 3),
-                    "queue_left": left},
-        "window": {"prune_start_s": (t_prune - t_start).total_seconds(),
-                   "prune_end_s": (t_pruned - t_start).total_seconds()},
+        "workers": {"setup": "2 processes x 128, dry run", "alone": round(alone), "during_prune": round(during),
+                    "ratio": round(during / alone, 3), "alone_seconds": round(alone_seconds, 1),
+                    "prune_seconds": round(prune_seconds, 1), "queue_left": left},
+        "prune_windows_s": [[round((a - t_start).total_seconds(), 2), round((b - t_start).total_seconds(), 2)]
+                            for a, b in pruning],
+        "phase_s": args.phase,
         "sizes_mb": {"before": before, "after_prune": after, "after_vacuum": vacuumed},
         "vacuum_after_prune_s": round(vacuum_seconds, 2),
         "partition_alternative": {"events_mb": round(partition_mb), "drop_ms": round(drop_seconds * 1000, 1),
                                   "written_s": round(copy_seconds, 1)},
         "checks_passed": ok,
         "plots": [{"name": "prune-workers", "kind": "line",
-                   "title": f"Workers' sends per second; prune of {result.rows / 1e6:.1f} M rows from "
-                            f"{(t_prune - t_start).total_seconds():.0f} s to {(t_pruned - t_start).total_seconds():.0f} s",
+                   "title": f"Workers' sends per second; the prune of {result.rows / 1e6:.1f} M rows runs in the "
+                            f"shaded {args.phase:g}-second stretches",
                    "x_label": "seconds since the workers started", "y_label": "messages sent per second",
-                   "series": {"workers (2 x 128, dry run)": [[s, c] for s, c in series],
-                              "prune running": [[(t_prune - t_start).total_seconds(), 0],
-                                                [(t_prune - t_start).total_seconds(), max(c for _, c in series)],
-                                                [(t_pruned - t_start).total_seconds(), max(c for _, c in series)],
-                                                [(t_pruned - t_start).total_seconds(), 0]]}},
+                   "series": {"workers (2 x 128, dry run)": [[s_, c] for s_, c in series],
+                              "prune running": square_wave(pruning, t_start, max(c for _, c in series))}},
                   {"name": "prune-batches", "kind": "line",
                    "title": f"Each prune batch ({args.batch_size} messages with their events, one transaction)",
                    "x_label": "batch", "y_label": "milliseconds",

@@ -240,3 +240,22 @@ def test_an_interrupted_prune_keeps_its_batches_and_the_next_run_carries_on(run,
     calls["n"] = 100  # no more interruptions
     r = run("prune", "--days", "30", "--batch-size", "3")
     assert r.exit_code == 0 and r.output.startswith("pruned 4 messages") and surviving(db, ids) == set()
+
+
+def test_progress_redraws_one_line_on_a_terminal_and_writes_lines_to_a_log(capsys, monkeypatch):
+    result = outbox.PruneResult(messages=2000, events=8000, batches=2, seconds=0.5, fraction=0.25)
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True)
+    on_terminal = cli._PruneProgress()
+    on_terminal.next_at = 0
+    on_terminal(result)
+    on_terminal.finish()
+    drawn = capsys.readouterr().err
+    assert drawn.startswith("\rmessages  25%  2,000 messages, 8,000 events, 0 webhook events  20,000 rows/s")
+    assert drawn.endswith("\n") and drawn.count("\n") == 1
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: False)
+    in_a_log = cli._PruneProgress()
+    in_a_log.next_at = 0
+    in_a_log(result)
+    in_a_log.finish()
+    assert capsys.readouterr().err == ("prune: messages  25%  2,000 messages, 8,000 events, 0 webhook events  "
+                                       "20,000 rows/s\n")
