@@ -126,8 +126,8 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
 
             def on_batch(row: dict[str, Any], seconds: float, fraction: float) -> None:
                 result.messages += row.get("messages", 0)
-                result.events += row.get("events", 0) if result.phase == "messages" else 0
-                result.webhook_events += row["events"] if result.phase == "webhook_events" else 0
+                result.events += row.get("events", 0)
+                result.webhook_events += row.get("webhook_events", 0)
                 result.batches += 1
                 result.longest_batch_seconds = max(result.longest_batch_seconds, seconds)
                 result.seconds, result.fraction = time.monotonic() - started, fraction

@@ -13,11 +13,11 @@ WITH victims AS (
     ORDER BY w.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), events AS (
+), deleted AS (
     DELETE FROM wa_outbox.webhook_events w
     WHERE w.id = ANY(ARRAY(SELECT id FROM victims))
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM events) AS events,
+SELECT (SELECT count(*) FROM deleted) AS webhook_events,
        CASE WHEN (SELECT count(*) FROM victims) >= %(limit)s THEN (SELECT max(id) FROM victims)
             ELSE %(until)s END AS next_after
