@@ -134,3 +134,22 @@ def test_enqueue_many_is_all_or_nothing(app_engine, db, sender):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="item 2 : unknown message type"):
         db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,))
     assert count(db) == 0
+
+
+def test_enqueue_many_sends_each_field_exactly_as_given(app_engine, db, sender):
+    """enqueue_many() assembles the batch's JSON from each message's checked text: quotes, backslashes, non-ASCII
+    and emoji in messages, keys and correlation ids arrive as given."""
+    from wa_outbox import enqueue_many
+    odd = 'quote " backslash \\ tab \t é ✓ 😀 \u2028 </script>'
+    items = [
+        {"to": "+55 (11) 98765-4321", "message": {"type": "text", "text": {"body": odd}, "biz_opaque_callback_data": odd},
+         "idempotency_key": "key " + odd, "correlation_id": "corr " + odd, "phone_number_id": "100000000000002"},
+        {"to": "+5511987654322", "message": {"interactive": {"type": "button", "body": {"text": odd}}, "n": 1.5}},
+    ]
+    with app_engine.begin() as conn:
+        ids = enqueue_many(conn, items)
+    stored = {r[0]: r[1:] for r in db.execute(
+        "SELECT id, recipient, message, idempotency_key, correlation_id, phone_number_id "
+        "FROM wa_outbox.notifications").fetchall()}
+    assert stored[ids[0]] == ("5511987654321", items[0]["message"], "key " + odd, "corr " + odd, "100000000000002")
+    assert stored[ids[1]] == ("5511987654322", items[1]["message"], None, None, "100000000000001")

@@ -215,3 +215,47 @@ def test_python_check_is_pure_and_matches_sql_for_the_spec_examples(db):
     for name, example in EXAMPLES.items():
         sql = db.execute("SELECT wa_outbox.message_problem(%s::jsonb)", (json.dumps(example),)).fetchone()[0]
         assert message_problem(example) == sql, name
+
+
+def test_message_rules_are_inlined_sql_that_a_bulk_statement_pays_no_call_for(db):
+    """The rules are LANGUAGE sql without sub-queries, so Postgres inlines them: the plan names no function."""
+    assert dict(db.execute("SELECT p.proname, l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+                           "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'wa_outbox' AND p.proname "
+                           "IN ('message_problem', 'recipient_digits')").fetchall()) == \
+        {"message_problem": "sql", "recipient_digits": "sql"}
+    plan = "\n".join(r[0] for r in db.execute(
+        "EXPLAIN VERBOSE SELECT wa_outbox.message_problem(jsonb_build_object('text', g)), "
+        "wa_outbox.recipient_digits(g::text) FROM generate_series(1, 2) g"))
+    assert "message_problem" not in plan and "recipient_digits" not in plan
+    assert "jsonb_typeof" in plan and "ltrim" in plan  # their bodies, inlined
+
+
+@pytest.mark.parametrize("to", ["5511987654321", "1234567", "123456789012345", "123456", "1234567890123456",
+                                "0511987654321", "+5511987654321", " 5511987654321", "55 11 98765-4321",
+                                "5511987654321\n", "٥٥١١٩٨٧٦٥٤٣٢١", "5511987654３21", "", "+", "1e10000000",
+                                "(55) 11.98765.4321"])
+def test_recipient_digits_fast_path_gives_version_2s_answer(db, to):
+    """Digits only skip the regular expressions; every other input takes version 2's expression, unchanged."""
+    from wa_outbox.messages import recipient_digits
+    got, v2 = db.execute(
+        "SELECT wa_outbox.recipient_digits(%(to)s), "
+        "substring(ltrim(translate(%(to)s, E' \\t\\n\\r\\f\\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$')",
+        {"to": to}).fetchone()
+    assert got == v2 == recipient_digits(to)
+
+
+def test_a_batch_asks_the_walking_rules_only_when_an_item_may_break_them(database_url, db, sender):
+    """batch_json_suspect() gates the two rules that walk each message: a batch where nothing can break them skips
+    them, and one deep or large number anywhere in the batch still gets its item refused by name."""
+    fine = [{"to": TO, "message": {**TEXT, "n": [1, 2.5, -(2 ** 53 - 1)], "x": {"y": {"z": "deep-ish"}}}}] * 3
+    assert not db.execute("SELECT wa_outbox.batch_json_suspect(%s::jsonb)", (json.dumps(fine),)).fetchone()[0]
+    for bad, reason in ((nested(65), "message is nested deeper than 64 levels"),
+                        ({**TEXT, "n": 2 ** 53}, "message has a number beyond")):
+        batch = fine + [{"to": TO, "message": bad}] + fine
+        assert db.execute("SELECT wa_outbox.batch_json_suspect(%s::jsonb)", (json.dumps(batch),)).fetchone()[0]
+        got = sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(batch),), "item 4 : ")
+        assert got.startswith(reason)
+    # a number out of range outside every message only makes the batch suspect; no item is refused for it
+    odd = fine + [{"to": TO, "message": TEXT, "note": 2 ** 60}]
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(odd),)) is None
+    assert rows(db) == (4, 4)
