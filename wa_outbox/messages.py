@@ -134,8 +134,11 @@ def message_problem(message: Any, text: str | None = None) -> str | None:
     if tracker is not None and len(tracker) > MAX_TRACKER:
         return (f"biz_opaque_callback_data is {len(tracker)} characters: at most {MAX_TRACKER} fit, as Meta allows "
                 '512 and "<outbox id>:" goes first')
-    if text is None:
-        text = _JSONB_TEXT(message)
+    return size_problem(_JSONB_TEXT(message) if text is None else text)
+
+
+def size_problem(text: str) -> str | None:
+    """The last rule of message_problem(), on the message's message_text()."""
     # In bytes of UTF-8 (at most 4 per character: a shorter text cannot be too large, and needs no encoding).
     if len(text) * 4 > MAX_MESSAGE_BYTES and len(text.encode()) > MAX_MESSAGE_BYTES:
         return f"message is larger than {MAX_MESSAGE_BYTES} bytes"
