@@ -67,22 +67,7 @@ def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[
     an invalid item raises `InvalidMessage` (naming its index) and nothing is queued."""
     if not items:
         return []
-    from . import meta_schema
-    validate_mode = meta_schema.mode()  # read once for the batch, not per item
-    parts = []
-    for index, item in enumerate(items):
-        try:
-            if not isinstance(item, Mapping):
-                raise InvalidMessage("must be an object")
-            one = check_request(to=item.get("to"), message=item.get("message"),
-                                idempotency_key=item.get("idempotency_key"),
-                                correlation_id=item.get("correlation_id"), phone_number_id=item.get("phone_number_id"),
-                                validate_mode=validate_mode)
-        except InvalidMessage as exc:
-            raise InvalidMessage(f"item {index}: {exc}") from None
-        parts.append(_item_json(one))
-    # The batch as JSON, put together from each message's text as its check encoded it (not encoded twice).
-    payload = "[" + ",".join(parts) + "]"
+    payload = batch_json(items)
 
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
@@ -97,6 +82,26 @@ def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[
         return list(cursor.fetchone()[0])
     finally:
         cursor.close()
+
+
+def batch_json(items: Sequence[Mapping[str, Any]]) -> str:
+    """enqueue_many()'s checks, and the JSON array it sends: InvalidMessage (naming the item's index) for the first
+    item that breaks a rule. The array is put together from each message's text as its check encoded it."""
+    from . import meta_schema
+    validate_mode = meta_schema.mode()  # read once for the batch, not per item
+    parts = []
+    for index, item in enumerate(items):
+        try:
+            if not isinstance(item, Mapping):
+                raise InvalidMessage("must be an object")
+            one = check_request(to=item.get("to"), message=item.get("message"),
+                                idempotency_key=item.get("idempotency_key"),
+                                correlation_id=item.get("correlation_id"), phone_number_id=item.get("phone_number_id"),
+                                validate_mode=validate_mode)
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"item {index}: {exc}") from None
+        parts.append(_item_json(one))
+    return "[" + ",".join(parts) + "]"
 
 
 def _item_json(checked: Checked) -> str:
