@@ -100,7 +100,9 @@ $$;
 
 -- enqueue_many() as in version 2, faster: the rules above inlined and the walking ones asked once per batch, each
 -- item's fields read once, and the look-up of stored ids for known idempotency keys skipped when no item has one.
-CREATE OR REPLACE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql AS $$
+-- work_mem: a chunk of 5,000 template messages outgrows the default 4 MB, and its sort went to disk.
+CREATE OR REPLACE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
+    SET work_mem = '64MB' AS $$
 DECLARE
     v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
     -- Looked up once, not per item (a catalog look-up per row was a fifth of the statement's time).
@@ -191,11 +193,11 @@ BEGIN
     RETURN coalesce(v_ids, '{}');
 END $$;
 
--- enqueue_campaign() as in version 3, with the same savings as enqueue_many().
+-- enqueue_campaign() as in version 3, with the same savings as enqueue_many() (and its work_mem).
 CREATE OR REPLACE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb,
                                            default_sender text DEFAULT NULL)
     RETURNS TABLE (campaign_id bigint, campaign_status text, inserted integer, present integer)
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql SET work_mem = '64MB' AS $$
 #variable_conflict use_column
 DECLARE
     v_sender text := coalesce(enqueue_campaign.phone_number_id, default_sender,
