@@ -259,3 +259,35 @@ def test_a_batch_asks_the_walking_rules_only_when_an_item_may_break_them(databas
     odd = fine + [{"to": TO, "message": TEXT, "note": 2 ** 60}]
     assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(odd),)) is None
     assert rows(db) == (4, 4)
+
+
+def test_the_sender_rule_with_and_without_a_default(database_url, db):
+    """enqueue_many() knows the default sender's verdict once per batch; an item's own sender is checked per item."""
+    many = json.dumps([{"to": TO, "message": TEXT, "phone_number_id": "100000000000009"}, {"to": TO, "message": TEXT}])
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,), "item 2 : ") == \
+        "no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox"
+    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', 'not-a-number')")
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,), "item 2 : ") == \
+        "no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox"
+    db.execute("UPDATE wa_outbox.settings SET value = '100000000000001'")
+    bad = json.dumps([{"to": TO, "message": TEXT, "phone_number_id": "12a"}])
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,), "item 1 : ") == \
+        "`phone_number_id` must be the numeric id of a business phone number"
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,)) is None
+    assert db.execute("SELECT array_agg(phone_number_id ORDER BY id) FROM wa_outbox.notifications").fetchone()[0] == \
+        ["100000000000009", "100000000000001"]
+
+
+@pytest.mark.parametrize("recipient, stored", [("5511987654321", True), ("1234567", True), ("123456789012345", True),
+                                               ("123456", False), ("1234567890123456", False), ("0511987654321", False),
+                                               ("+5511987654321", False), ("5511 987654321", False),
+                                               ("٥٥١١٩٨٧٦٥٤٣٢١", False), ("5511987654321\n", False)])
+def test_the_tables_own_recipient_rule_still_refuses_what_it_did(db, recipient, stored):
+    """notifications_recipient_check without a regular expression: the same rows in, the same rows out."""
+    insert = ("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash) "
+              "VALUES ('1', %s, '{}', '')")
+    if stored:
+        db.execute(insert, (recipient,))
+    else:
+        with pytest.raises(psycopg.errors.CheckViolation, match="notifications_recipient_check"):
+            db.execute(insert, (recipient,))

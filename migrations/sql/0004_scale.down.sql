@@ -222,6 +222,9 @@ CREATE OR REPLACE FUNCTION wa_outbox.recipient_digits(to_ text) RETURNS text LAN
     SELECT substring(ltrim(translate(to_, E' \t\n\r\f\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$')
 $$;
 
+ALTER TABLE wa_outbox.notifications DROP CONSTRAINT notifications_recipient_check,
+    ADD CONSTRAINT notifications_recipient_check CHECK (recipient ~ '^[1-9][0-9]{6,14}$');
+
 DROP FUNCTION wa_outbox.batch_json_suspect(jsonb);
 DROP FUNCTION wa_outbox.message_json_problem(jsonb);
 DROP FUNCTION wa_outbox.message_form_problem(jsonb);

@@ -21,6 +21,14 @@ CREATE OR REPLACE FUNCTION wa_outbox.recipient_digits(to_ text) RETURNS text LAN
                 ELSE substring(ltrim(translate(to_, E' \t\n\r\f\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$') END
 $$;
 
+-- The table's own rule for a recipient (version 1), the same without a regular expression: it is checked for every
+-- row written, inserts and updates alike (a regular expression per row was 4 % of a bulk enqueue). NOT VALID: the
+-- rows there were checked by version 1's identical rule, and validating would hold the table's lock for a scan.
+ALTER TABLE wa_outbox.notifications DROP CONSTRAINT notifications_recipient_check,
+    ADD CONSTRAINT notifications_recipient_check
+        CHECK (length(recipient) BETWEEN 7 AND 15 AND ltrim(recipient, '0123456789') = '' AND left(recipient, 1) <> '0')
+        NOT VALID;
+
 -- The type the rules read: `type`, else the one message object the body carries (a reply with only `interactive`),
 -- else text, as the Cloud API reads it.
 CREATE FUNCTION wa_outbox.message_type(message jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -107,6 +115,8 @@ DECLARE
     v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
     -- Looked up once, not per item (a catalog look-up per row was a fifth of the statement's time).
     v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    -- The default sender's verdict, once per batch: a regular expression per item was 7 % of the statement.
+    v_default_ok boolean := v_default ~ '^[0-9]{1,32}$';
     v_json_suspect boolean;
     v_new bigint[];
     v_keys text[];
@@ -144,7 +154,8 @@ BEGIN
                        CASE WHEN jsonb_typeof(sender_json) NOT IN ('string', 'null')
                                  OR sender_json #>> '{}' !~ '^[0-9]{1,32}$'
                                 THEN '`phone_number_id` must be the numeric id of a business phone number'
-                            WHEN sender IS NULL OR sender !~ '^[0-9]{1,32}$'
+                            -- An item's own sender passed the rule above; the default's verdict is known already.
+                            WHEN sender IS NULL OR (sender_json #>> '{}' IS NULL AND NOT v_default_ok)
                                 THEN 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
                        END)
                END AS problem
