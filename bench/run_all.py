@@ -47,7 +47,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("outbox", "outbox.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
     Bench("history", "history.py", (), ("--quick",)),
-    Bench("prune", "prune.py", (), ("--quick",)),
+    Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
 )
 
