@@ -47,47 +47,89 @@ def test_131057_pauses_the_sender_for_about_a_minute_without_spending_the_attemp
     assert classify(SendResult(http_status=400, body=error, retry_after=90)).wait_seconds == 90
 
 
-# --- the bucket in Postgres ------------------------------------------------------------------------------------------
+# --- the schedule in Postgres ----------------------------------------------------------------------------------------
 
-def test_default_bucket_holds_one_token_and_refills_just_under_the_rate(run, db):
+def reserve(conn, wanted: int, horizon: float = 0.5, default_mps: float = 80) -> list[float]:
+    """Reserve up to `wanted` send slots for SENDER; their times (seconds since the epoch), in slot order."""
+    granted, start, level, refill = conn.execute(
+        "SELECT granted, extract(epoch FROM slots_from)::float8, level, refill "
+        "FROM wa_outbox.reserve_slots(%s, %s, %s, %s)", (SENDER, wanted, default_mps, horizon)).fetchone()
+    return [start + max(0.0, k - level) / refill for k in range(1, granted + 1)]
+
+
+def test_default_schedule_spaces_slots_just_over_one_interval_and_reserves_only_within_the_horizon(run, db):
     assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
     shape = db.execute("SELECT s.refill, s.capacity, r.burst FROM wa_outbox.rate_limits r, "
                        "LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s").fetchone()
-    assert shape[2] is None and 19.6 <= shape[0] < 20 and 1 <= shape[1] < 1.2
-    # Whatever the burst and the timing: at most capacity + refill * 1 s in a second, and that is < 21.
-    assert shape[1] + shape[0] * 1.0 < 21
-    granted = db.execute("SELECT (wa_outbox.take_tokens(%s, 50, 80)).granted", (SENDER,)).fetchone()[0]
-    assert granted == 1  # a claim wanting 50 gets one: no second's worth of burst
+    assert shape == (20 * 0.985, 1, None)
+    slots = reserve(db, 50, horizon=0.5)
+    # One slot now, then one per 1/19.7 s up to half a second ahead: no burst.
+    assert len(slots) == 1 + int(0.5 * 19.7)
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert all(abs(g - 1 / 19.7) < 1e-6 for g in gaps)
+    # Any 21 consecutive slots span more than a second, with 15 ms to spare for the send's jitter.
+    assert 20 / 19.7 > 1.015
+    # The next claim goes on from the end of this schedule, not from now.
+    more = reserve(db, 3, horizon=1.0)
+    assert more and abs(more[0] - slots[-1] - 1 / 19.7) < 1e-3
+    # A claim with nothing left within its horizon gets nothing.
+    assert reserve(db, 5, horizon=0.0) == []
+    # What the ops page and `ratelimit show` count: no token is left now, slots are reserved ahead.
+    assert db.execute("SELECT tokens < 0 FROM wa_outbox.rate_limits").fetchone() == (True,)
+    assert "\t0.00\t" in run("ratelimit", "show").output
     assert run("ratelimit", "set", SENDER, "--mps", "20", "--burst", "20").exit_code == 0  # the classic bucket
     assert "\t20\t20\t20\t20\t" in run("ratelimit", "show").output
 
 
+def test_burst_mode_is_the_classic_bucket_in_slots(run, db):
+    """--burst B: B slots at once when the bucket is full, then one per 1/mps."""
+    assert run("ratelimit", "set", SENDER, "--mps", "10", "--burst", "5").exit_code == 0
+    db.execute("UPDATE wa_outbox.rate_limits SET refilled_at = now() - interval '10 seconds'")  # idle: full
+    slots = reserve(db, 8, horizon=0.25)
+    assert len(slots) == 7  # 5 now, then 2 more within 0.25 s at 10/s
+    assert max(slots[:5]) - min(slots[:5]) < 0.01
+    assert abs(slots[5] - slots[4] - 0.1) < 1e-3 and abs(slots[6] - slots[5] - 0.1) < 1e-3
+
+
+def test_a_paused_sender_reserves_nothing_and_its_schedule_survives_the_pause(db, run):
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    ahead = reserve(db, 10, horizon=0.5)
+    from wa_outbox import db as wdb
+    db.execute("UPDATE wa_outbox.rate_limits SET paused_until = now() + interval '3 seconds'")
+    granted, paused = db.execute("SELECT granted, paused FROM wa_outbox.reserve_slots(%s, 5, 80, 0.5)",
+                                 (SENDER,)).fetchone()
+    assert (granted, paused) == (0, True)
+    assert wdb.safe_to_repeat("pause_sender")
+    # Lifted at once (`ratelimit resume`): the slots reserved before the pause stay taken.
+    assert run("ratelimit", "resume", SENDER).exit_code == 0
+    after = reserve(db, 1, horizon=1.0)
+    assert after[0] >= ahead[-1] + 1 / 19.7 - 1e-3
+
+
 def test_concurrent_claimers_never_get_more_than_the_rate_in_any_second_and_reach_it(database_url, db, run):
-    """The bucket alone, exactly: 4 connections take tokens as fast as they can for 3 s; each grant's time is the
-    bucket's own (refilled_at, read in the granting transaction while it holds the bucket's row lock)."""
+    """The schedule alone, exactly: 4 connections reserve slots as fast as they can for 3 s."""
     rate, seconds = 20, 3.0
     assert run("ratelimit", "set", SENDER, "--mps", str(rate)).exit_code == 0
-    grants: list[float] = []
+    slots: list[float] = []
 
     def claimer() -> None:
-        with psycopg.connect(database_url) as conn:
+        with psycopg.connect(database_url, autocommit=True) as conn:
             until = time.monotonic() + seconds
             while time.monotonic() < until:
-                with conn.transaction():
-                    granted = conn.execute("SELECT (wa_outbox.take_tokens(%s, 3, 80)).granted",
-                                           (SENDER,)).fetchone()[0]
-                    at = conn.execute("SELECT extract(epoch FROM refilled_at)::float8 FROM wa_outbox.rate_limits "
-                                      "WHERE phone_number_id = %s", (SENDER,)).fetchone()[0]
-                grants.extend([at] * granted)
+                slots.extend(reserve(conn, 3, horizon=0.5))
 
     threads = [threading.Thread(target=claimer) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    # Version 1's bucket (one second of burst) granted 40 in the first second.
-    assert window_max(grants) <= rate
-    assert len(grants) >= 0.9 * rate * seconds
+    slots.sort()
+    assert len(set(slots)) == len(slots)  # no slot handed out twice
+    assert window_max(slots) <= rate
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert min(gaps) > 1 / rate  # every pair of slots further apart than 1/mps
+    # Reserved ahead, the schedule has no holes: the rate is reached exactly (0.985 of it, by design).
+    assert (len(slots) - 1) / (slots[-1] - slots[0]) >= 0.98 * rate
 
 
 def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(database_url, db, sender, sim, run):
