@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,11 @@ FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the
 # back well before the schedule runs dry (they come back when the next free slot is half a horizon away); short
 # enough that a throttled sender has few sends already scheduled on other workers.
 SLOT_HORIZON = 0.5
+# A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
+# late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
+# which Meta refuses with 130429 and a pause of seconds; a slot left unused costs 1/rate. (A row whose claim answered
+# after its slot had passed, an idle sender's first, goes at once: it never waited.)
+LATE_SEND_LIMIT = 0.010
 CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
 
 
@@ -105,7 +111,10 @@ class Sender:
         self._clock_offset = 0.0                # the database's clock minus ours (seconds)
         self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
-        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
+        # A send thread whose slot has come must get the interpreter soon: by default another busy thread (a
+        # response being parsed, the recorder) may hold it up to 5 ms, a third of the schedule's margin.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0, "released": 0}
 
     # --- producer (runs on the worker's main thread) ------------------------------------------------------------
 
@@ -146,7 +155,7 @@ class Sender:
     def check_clock(self) -> None:
         """Estimate how far the database's clock is from ours (send slots are in its time)."""
         samples = []
-        for _ in range(3):
+        for _ in range(5):
             sent = time.time()
             theirs = db.fetch(self.engine, "database_clock")[0]["now"]
             samples.append((sent, theirs, time.time()))
@@ -214,10 +223,11 @@ class Sender:
     def _wait_for_slot(self, row: Claimed, claimed_at: float) -> tuple[str, float] | None:
         """Sleep until the row's send slot. None: send it now. Or (why, seconds): give it back unsent, due again in
         that many seconds: its sender was halted after it was claimed (throttled or paused: the rest of its
-        schedule would draw the same answer), or the worker is stopping."""
+        schedule would draw the same answer), the worker is stopping, or it woke too late for its slot."""
         deadline = time.monotonic()
         if row.send_at is not None:
             deadline += row.send_at - self._clock_offset - time.time()
+        waited = deadline > time.monotonic()
         with self._slots:
             while True:
                 if self._releasing:
@@ -228,6 +238,8 @@ class Sender:
                         max(0.0, halt[1] - time.monotonic())
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    if waited and -left > LATE_SEND_LIMIT:
+                        return f"woke {-left * 1000:.0f} ms after its send slot (too late to keep the rate)", 0.0
                     return None
                 self._slots.wait(left)
 
@@ -241,6 +253,7 @@ class Sender:
     def _send(self, row: Claimed, claimed_at: float) -> None:
         give_back = self._wait_for_slot(row, claimed_at)
         if give_back is not None:
+            self.stats["released"] += 1
             self._outcomes.put((row, None, released(row, *give_back)))
             with self._lock:
                 self._in_flight -= 1
