@@ -1,6 +1,7 @@
-"""Throughput per sender number: the shared bucket never grants more than the configured rate in any one-second
-window, across worker processes, and still reaches it; a throttling answer (130429) pauses every worker; 131057
-pauses the number for about a minute without spending the attempt; `ratelimit resume` lifts a pause at once."""
+"""Throughput per sender number: the shared schedule of send slots never puts more than the configured rate in any
+one-second window, across worker processes, and still reaches it; a throttling answer (130429) pauses every worker
+and the rows already scheduled are given back; 131057 pauses the number for about a minute without spending the
+attempt; `ratelimit resume` lifts a pause at once; a stopping worker gives back what it had not sent yet."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psycopg
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from tests.test_worker_process import start_worker_process
 from wa_outbox.enqueue import enqueue_many
-from wa_outbox.worker._classify import THROTTLE_PAUSE_SECONDS, Action, SendResult, classify
+from wa_outbox.worker._classify import Action, SendResult, classify
 
 TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
 
@@ -49,11 +50,11 @@ def test_131057_pauses_the_sender_for_about_a_minute_without_spending_the_attemp
 
 # --- the schedule in Postgres ----------------------------------------------------------------------------------------
 
-def reserve(conn, wanted: int, horizon: float = 0.5, default_mps: float = 80) -> list[float]:
+def reserve(conn, wanted: int, horizon: float = 0.5, default_mps: float = 80, lead: float = 0.0) -> list[float]:
     """Reserve up to `wanted` send slots for SENDER; their times (seconds since the epoch), in slot order."""
     granted, start, level, refill = conn.execute(
         "SELECT granted, extract(epoch FROM slots_from)::float8, level, refill "
-        "FROM wa_outbox.reserve_slots(%s, %s, %s, %s)", (SENDER, wanted, default_mps, horizon)).fetchone()
+        "FROM wa_outbox.reserve_slots(%s, %s, %s, %s, %s)", (SENDER, wanted, default_mps, lead, horizon)).fetchone()
     return [start + max(0.0, k - level) / refill for k in range(1, granted + 1)]
 
 
@@ -81,6 +82,15 @@ def test_default_schedule_spaces_slots_just_over_one_interval_and_reserves_only_
     assert "\t20\t20\t20\t20\t" in run("ratelimit", "show").output
 
 
+def test_an_idle_senders_first_slot_is_the_lead_ahead_so_the_claims_own_latency_never_makes_it_late(run, db):
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    db.execute("UPDATE wa_outbox.rate_limits SET refilled_at = now() - interval '10 seconds'")
+    before = time.time()
+    slots = reserve(db, 3, horizon=0.5, lead=0.05)
+    assert len(slots) == 3 and slots[0] - before >= 0.05
+    assert abs(slots[1] - slots[0] - 1 / 19.7) < 1e-6  # and the schedule goes on from there, not a burst
+
+
 def test_burst_mode_is_the_classic_bucket_in_slots(run, db):
     """--burst B: B slots at once when the bucket is full, then one per 1/mps."""
     assert run("ratelimit", "set", SENDER, "--mps", "10", "--burst", "5").exit_code == 0
@@ -96,7 +106,7 @@ def test_a_paused_sender_reserves_nothing_and_its_schedule_survives_the_pause(db
     ahead = reserve(db, 10, horizon=0.5)
     from wa_outbox import db as wdb
     db.execute("UPDATE wa_outbox.rate_limits SET paused_until = now() + interval '3 seconds'")
-    granted, paused = db.execute("SELECT granted, paused FROM wa_outbox.reserve_slots(%s, 5, 80, 0.5)",
+    granted, paused = db.execute("SELECT granted, paused FROM wa_outbox.reserve_slots(%s, 5, 80, 0, 0.5)",
                                  (SENDER,)).fetchone()
     assert (granted, paused) == (0, True)
     assert wdb.safe_to_repeat("pause_sender")
@@ -150,18 +160,16 @@ def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(
     assert all(w.returncode == 0 for w in workers), outputs
     accepted = sorted(m["received_at"] for m in sim.messages())
     assert len(accepted) == n and count(db, "status = 'sent'") == n
-    # The simulator's record of accepted sends: never over the rate in any sliding second. It refuses beyond the
-    # rate, so count the refusals too: one needs a send delayed more than the bucket's margin (~10 ms) on its way
-    # from the claim to the simulator, which on this shared 2-core machine happens now and then (bench/pacing.py
-    # prints that delay); version 1's bucket drew them by the dozen (27-33 sends granted in a second).
+    # The simulator's record of accepted sends: never over the rate in any sliding second, and nothing refused:
+    # claims reserve send slots 1/(0.985 * rate) apart and each send goes at its slot, so 21 sends span 1.015 s;
+    # a worker that wakes more than 10 ms after a slot gives the row back rather than send it late.
+    # Version 1's bucket drew 130429s by the dozen (27-33 sends granted in a second); version 3's a few.
     assert window_max(accepted) <= rate
     refused = sim.stats()["outcomes"].get("error_130429", 0)
-    assert refused <= 5
-    # At the rate: over the run, less the pauses those refusals drew (each pauses the sender for
-    # THROTTLE_PAUSE_SECONDS), at least 0.9 of it on this busy machine; the benchmark (bench/pacing.py) measures 98 %.
-    paused = refused * THROTTLE_PAUSE_SECONDS[130429]
-    achieved = (n - 1) / (accepted[-1] - accepted[0] - paused)
-    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused"
+    assert refused == 0
+    # At the rate: at least 0.95 of it on this busy machine; the benchmark (bench/pacing.py) measures 98.5 %.
+    achieved = (n - 1) / (accepted[-1] - accepted[0])
+    assert achieved >= 0.95 * rate, f"{achieved:.2f}/s"
 
 
 def test_a_130429_pauses_every_worker(db, sender, sim, settings, run):
@@ -181,6 +189,48 @@ def test_a_130429_pauses_every_worker(db, sender, sim, settings, run):
     assert [t for t in grant_times(db) if throttled_at < t < paused_until] == []
     # The throttled message did not spend an attempt.
     assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def released(db, reason_prefix: str) -> list[tuple[int, int]]:
+    """(id, attempt) of the `released` timeline events whose reason starts so."""
+    return db.execute("SELECT notification_id, attempt FROM wa_outbox.notification_events WHERE event = 'released' "
+                      "AND detail->>'reason' LIKE %s ORDER BY id", (reason_prefix + "%",)).fetchall()
+
+
+def test_the_worker_throttled_gives_back_the_rows_waiting_for_their_slots_without_spending_attempts(
+        db, sender, sim, settings, run):
+    """At 20/s a claim reserves about half a second of slots; the first send draws a 130429: the rest of that
+    schedule is not sent into the pause but given back, queued, attempt not counted."""
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    sim.set_faults([{"mode": "error", "code": 130429, "count": 1, "retry_after": 2}])
+    ids = queue(db, 12)
+    with running_worker(worker_settings(settings, sim.base_url)):
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="all sent after the pause")
+    given_back = released(db, "its sender was throttled")
+    assert given_back and all(attempt == 0 for _, attempt in given_back)
+    throttled_at, paused_until = db.execute(
+        "SELECT extract(epoch FROM e.created_at)::float8, extract(epoch FROM r.paused_until)::float8 "
+        "FROM wa_outbox.notification_events e, wa_outbox.rate_limits r WHERE e.event = 'throttled'").fetchone()
+    # Nothing reached the simulator from the throttled answer until the pause's end.
+    assert [m for m in sim.messages() if throttled_at < m["received_at"] < paused_until] == []
+    assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_a_stopping_worker_gives_back_the_rows_waiting_for_their_slots(db, sender, sim, settings, run):
+    """At 4/s a claim reserves a slot now and more up to half a second ahead; stopping right after the first send
+    leaves those unsent: they go back to queued at once, attempt not counted, nothing left `sending`."""
+    assert run("ratelimit", "set", SENDER, "--mps", "4").exit_code == 0
+    ids = queue(db, 6)
+    with running_worker(worker_settings(settings, sim.base_url)):
+        wait_for(lambda: len(sim.messages()) >= 1, timeout=30, interval=0.01, what="the first send")
+    sent = {int(m["biz_opaque_callback_data"]) for m in sim.messages()}
+    assert len(sent) < len(ids)
+    given_back = released(db, "the worker stopped")
+    assert given_back and all(attempt == 0 for _, attempt in given_back)
+    rows = db.execute("SELECT id, status, attempts, next_attempt_at <= now() FROM wa_outbox.notifications "
+                      "ORDER BY id").fetchall()
+    assert {r[0] for r in rows if r[1] == "sent"} == sent
+    assert all(r[1:] == ("queued", 0, True) for r in rows if r[0] not in sent), rows
 
 
 def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_messages(

@@ -11,7 +11,7 @@
 -- == Pacing per sender ============================================================================================
 -- Version 3's grant-now bucket and its shape (one token plus 5 ms of refill), as migration 0003 made them. Negative
 -- tokens (slots that were reserved ahead) are simply waited for by take_tokens().
-DROP FUNCTION wa_outbox.reserve_slots(text, integer, double precision, double precision);
+DROP FUNCTION wa_outbox.reserve_slots(text, integer, double precision, double precision, double precision);
 CREATE OR REPLACE FUNCTION wa_outbox.take_tokens(sender text, wanted integer, default_mps double precision,
                                                  OUT granted integer, OUT next_token_at timestamptz,
                                                  OUT mps double precision)

@@ -25,14 +25,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            CASE WHEN burst IS NULL THEN 1 ELSE burst END
 $$;
 
--- reserve_slots(): up to `wanted` send slots for a sender, those within `horizon` seconds of now (none while it is
--- paused). Slot k (1-based) is at slots_from + greatest(0, k - level) / refill; the caller puts a row that got no slot
--- back until its slot would come within the horizon (the same formula). Paused: slots_from is the pause's end and
+-- reserve_slots(): up to `wanted` send slots for a sender, none earlier than `lead` seconds from now (the claim's
+-- own latency: its rows reach the worker before their slot, so an idle sender's first send is not late on its slot
+-- and squeezed against the next ones) and none later than `horizon` seconds after that; none while it is paused.
+-- Slot k (1-based) is at slots_from + greatest(0, k - level) / refill; the caller puts a row that got no slot back
+-- until its slot would come within the horizon (the same formula). Paused: slots_from is the pause's end and
 -- nothing is granted. Creates the bucket at the default rate on first use. The row lock makes concurrent workers on
 -- any number of machines share one schedule; the time is read after it is taken, so a claim that waited for the
 -- lock still reserves from the schedule as the previous holder left it.
 CREATE FUNCTION wa_outbox.reserve_slots(sender text, wanted integer, default_mps double precision,
-                                        horizon double precision,
+                                        lead double precision, horizon double precision,
                                         OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
                                         OUT refill double precision, OUT paused boolean)
 LANGUAGE plpgsql AS $$
@@ -45,7 +47,7 @@ BEGIN
     VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp())
     ON CONFLICT (phone_number_id) DO NOTHING;
     SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
-    t := clock_timestamp();
+    t := clock_timestamp() + make_interval(secs => lead);  -- the earliest slot
     shape := wa_outbox.bucket_shape(b.mps, b.burst);
     refill := shape.refill;
     IF b.paused_until > t THEN

@@ -10,8 +10,8 @@
 --    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
 --    their time without burning an attempt;
 --  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots: slots 1/rate
---    apart, up to %(horizon)s s ahead, none while the sender is paused); rows over the grant wait until their slot
---    would come within the horizon;
+--    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
+--    wait until their slot would come within the horizon;
 --  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
 --    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
 --    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
@@ -68,7 +68,7 @@ WITH candidates AS (
 ), grants AS (
     SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
     FROM (SELECT phone_number_id, count(*)::integer AS wanted FROM free GROUP BY phone_number_id) s,
-         LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(horizon)s) g
+         LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'

@@ -45,6 +45,10 @@ FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the
 # back well before the schedule runs dry (they come back when the next free slot is half a horizon away); short
 # enough that a throttled sender has few sends already scheduled on other workers.
 SLOT_HORIZON = 0.5
+# The first slot a claim reserves is this far ahead: the claim's own latency (the rest of the statement, its commit,
+# the reply), so its rows reach their threads before their slot even on a busy machine. An idle sender's first
+# message waits this long; a busy sender's schedule is ahead anyway.
+SLOT_LEAD = 0.05
 # A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
 # late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
 # which Meta refuses with 130429 and a pause of seconds; a slot left unused costs 1/rate. (A row whose claim answered
@@ -76,15 +80,17 @@ def one_line(exc: BaseException) -> str:
 
 def claim_pacing(settings: Settings) -> dict:
     """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule."""
-    return {"horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds, "pair_burst": settings.pair_burst,
+    return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds, "pair_burst": settings.pair_burst,
             "enforce_window": settings.service_window == "enforce"}
 
 
-def clock_offset(samples: list[tuple[float, float, float]]) -> float:
-    """The database's clock minus ours, from (sent, database time, received) samples: the one with the shortest round
-    trip, its database reading taken as at the middle of the trip."""
+def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.0) -> float:
+    """The database's clock minus ours, from (sent, database time, received) samples. The sample with the shortest
+    round trip bounds it: the database read its clock between sent and received. The previous estimate is kept while
+    it lies within those bounds (on one machine, 0 for good, however slow the round trips of a busy moment), else
+    the nearest bound is taken."""
     sent, theirs, received = min(samples, key=lambda s: s[2] - s[0])
-    return theirs - (sent + received) / 2
+    return min(max(previous, theirs - received), theirs - sent)
 
 
 class Sender:
@@ -132,6 +138,7 @@ class Sender:
                         self.check_clock()
                     if self._release_pending:
                         self.release_unsent_claims()
+                    claim_started = time.monotonic()
                     rows = self._claim(free)
                 except Exception as exc:  # noqa: BLE001 - the database is away: wait and try again
                     # The claim may have committed with its reply lost: give its rows back before claiming again.
@@ -145,7 +152,7 @@ class Sender:
                     continue
                 self._failures = 0
                 for row in rows:
-                    self._start(row)
+                    self._start(row, claim_started)
                 if len(rows) == free:
                     continue  # there is probably more: claim again as slots free up
                 self.wake.wait(self._next_claim_in())
@@ -159,7 +166,7 @@ class Sender:
             sent = time.time()
             theirs = db.fetch(self.engine, "database_clock")[0]["now"]
             samples.append((sent, theirs, time.time()))
-        self._clock_offset = clock_offset(samples)
+        self._clock_offset = clock_offset(samples, self._clock_offset)
         self._clock_checked = time.monotonic()
 
     def _next_claim_in(self) -> float:
@@ -207,11 +214,11 @@ class Sender:
                         len(released), extra={"notification_ids": released[:100]})
         return released
 
-    def _start(self, row: Claimed) -> None:
+    def _start(self, row: Claimed, claim_started: float | None = None) -> None:
         with self._lock:
             self._in_flight += 1
             self._held.add(row.id)
-        self._executor.submit(self._send, row, time.monotonic())
+        self._executor.submit(self._send, row, time.monotonic() if claim_started is None else claim_started)
 
     @property
     def in_flight(self) -> int:
@@ -220,7 +227,7 @@ class Sender:
 
     # --- a send (runs on a send thread) --------------------------------------------------------------------------
 
-    def _wait_for_slot(self, row: Claimed, claimed_at: float) -> tuple[str, float] | None:
+    def _wait_for_slot(self, row: Claimed, claim_started: float) -> tuple[str, float] | None:
         """Sleep until the row's send slot. None: send it now. Or (why, seconds): give it back unsent, due again in
         that many seconds: its sender was halted after it was claimed (throttled or paused: the rest of its
         schedule would draw the same answer), the worker is stopping, or it woke too late for its slot."""
@@ -233,7 +240,7 @@ class Sender:
                 if self._releasing:
                     return "the worker stopped before its send slot", 0.0
                 halt = self._halted.get(row.phone_number_id)
-                if halt is not None and halt[0] >= claimed_at:
+                if halt is not None and halt[0] >= claim_started:
                     return "its sender was throttled or paused before its send slot", \
                         max(0.0, halt[1] - time.monotonic())
                 left = deadline - time.monotonic()
@@ -244,14 +251,15 @@ class Sender:
                 self._slots.wait(left)
 
     def _halt(self, sender: str, seconds: float) -> None:
-        """Rows of `sender` this worker claimed until now and still waiting for their slot go back unsent."""
+        """Rows of `sender` from claims this worker started until now, still waiting for their slot, go back unsent.
+        (A claim started later sees the sender's pause, once it is committed, and reserves nothing.)"""
         now = time.monotonic()
         with self._slots:
             self._halted[sender] = (now, now + seconds)
             self._slots.notify_all()
 
-    def _send(self, row: Claimed, claimed_at: float) -> None:
-        give_back = self._wait_for_slot(row, claimed_at)
+    def _send(self, row: Claimed, claim_started: float) -> None:
+        give_back = self._wait_for_slot(row, claim_started)
         if give_back is not None:
             self.stats["released"] += 1
             self._outcomes.put((row, None, released(row, *give_back)))
@@ -268,7 +276,7 @@ class Sender:
         else:
             self.metrics.observe_send(result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
-            self._halt(row.phone_number_id, decision.wait_seconds or 1.0)
+            self._halt(row.phone_number_id, decision.wait_seconds or 1.0)  # at once; again once the pause is in
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
             try:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
@@ -340,6 +348,8 @@ class Sender:
         db.execute(self.engine, "pause_sender", {
             "phone_number_id": row.phone_number_id, "seconds": decision.wait_seconds or 1.0,
             "reason": decision.reason, "default_mps": self.settings.rate_limit_mps})
+        # Claims started before the pause was committed may have reserved slots for this sender meanwhile.
+        self._halt(row.phone_number_id, decision.wait_seconds or 1.0)
         (log.error if decision.alert else log.warning)(
             "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
