@@ -76,14 +76,18 @@ def run(mps: float, seconds: float, workers: int, enforce: bool, json_path: Path
         requests.put(f"{sim.url}/_admin/config", json={"mps": mps if enforce else None}, timeout=10).raise_for_status()
         with scratch_database(server, "pacing") as url:
             wa_setup(url)
-            with psycopg.connect(url) as conn:
-                for start in range(0, n, 2000):
-                    enqueue_many(conn, [{"to": f"+55119{i:08d}", "message": {"type": "text", "text": {"body": "x"}}}
-                                        for i in range(start, min(n, start + 2000))])
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("ANALYZE")
             procs = [start_worker(url, sim.base_url, mps) for _ in range(workers)]
             try:
+                # Running workers, then the messages: a drain by a running fleet, not the fleet's start-up.
+                with psycopg.connect(url, autocommit=True) as conn:
+                    while conn.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] < workers:
+                        time.sleep(0.2)
+                with psycopg.connect(url) as conn:
+                    for start in range(0, n, 2000):
+                        enqueue_many(conn, [{"to": f"+55119{i:08d}",
+                                             "message": {"type": "text", "text": {"body": "x"}}}
+                                            for i in range(start, min(n, start + 2000))])
+                        conn.commit()
                 deadline = time.monotonic() + seconds * 3 + 60
                 with psycopg.connect(url, autocommit=True) as conn:
                     while conn.execute("SELECT count(*) FROM wa_outbox.notifications "
