@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/pacing.py [--mps 20] [--seconds 120] [--workers 4] [--enforce] [--json PATH]
 
-On real Postgres (DATABASE_URL, else the embedded one) in a scratch database (created and dropped): N = mps x seconds
-messages queued for one sender, then WORKERS worker processes (`python worker.py`, production defaults but the
-rate: WA_OUTBOX_RATE_LIMIT_MPS = --mps, the default pacing) drain them into the Graph API simulator (a process of its
-own). The simulator's record of accepted sends (their arrival times) gives:
+On real Postgres (DATABASE_URL, else the embedded one) in a scratch database (created and dropped): WORKERS worker
+processes (`python worker.py`, production defaults but the rate: WA_OUTBOX_RATE_LIMIT_MPS = --mps, the default
+pacing) start; once they run, N = mps x seconds messages are queued for one sender, and they drain them into the
+Graph API simulator (a process of its own). The simulator's record of accepted sends (their arrival times) gives:
 - the achieved rate (first to last arrival) beside the configured one, and its ratio;
 - the most sends in any one-second window (sliding, as Meta counts) and per calendar second (max and mean over the
   whole seconds of the run), beside the configured rate;
@@ -88,6 +88,8 @@ def run(mps: float, seconds: float, workers: int, enforce: bool, json_path: Path
                                              "message": {"type": "text", "text": {"body": "x"}}}
                                             for i in range(start, min(n, start + 2000))])
                         conn.commit()
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("ANALYZE")
                 deadline = time.monotonic() + seconds * 3 + 60
                 with psycopg.connect(url, autocommit=True) as conn:
                     while conn.execute("SELECT count(*) FROM wa_outbox.notifications "
