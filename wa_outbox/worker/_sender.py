@@ -52,7 +52,7 @@ SLOT_LEAD = 0.05
 # A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
 # late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
 # which Meta refuses with 130429 and a pause of seconds; a slot left unused costs 1/rate. (A row whose claim answered
-# after its slot had passed, an idle sender's first, goes at once: it never waited.)
+# after its slot had passed, a claim slower than SLOT_LEAD, goes at once: giving it back would only repeat that.)
 LATE_SEND_LIMIT = 0.010
 CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
 
@@ -80,8 +80,8 @@ def one_line(exc: BaseException) -> str:
 
 def claim_pacing(settings: Settings) -> dict:
     """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule."""
-    return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds, "pair_burst": settings.pair_burst,
-            "enforce_window": settings.service_window == "enforce"}
+    return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds,
+            "pair_burst": settings.pair_burst, "enforce_window": settings.service_window == "enforce"}
 
 
 def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.0) -> float:
@@ -261,7 +261,6 @@ class Sender:
     def _send(self, row: Claimed, claim_started: float) -> None:
         give_back = self._wait_for_slot(row, claim_started)
         if give_back is not None:
-            self.stats["released"] += 1
             self._outcomes.put((row, None, released(row, *give_back)))
             with self._lock:
                 self._in_flight -= 1
@@ -368,6 +367,7 @@ class Sender:
 
     def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
         if decision is None:  # given back before its slot: no send to count
+            self.stats["released"] += 1
             log.info("message %s released unsent: %s", row.id, entry["detail"]["reason"],
                      extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             return
