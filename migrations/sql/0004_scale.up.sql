@@ -27,7 +27,9 @@ $$;
 
 -- reserve_slots(): up to `wanted` send slots for a sender, none earlier than `lead` seconds from now (the claim's
 -- own latency: its rows reach the worker before their slot, so an idle sender's first send is not late on its slot
--- and squeezed against the next ones) and none later than `horizon` seconds after that; none while it is paused.
+-- and squeezed against the next ones; at most one slot interval, so at rates the workers cannot reach, where the
+-- schedule never fills, a claim's rows still go at once) and none later than `horizon` seconds after that; none
+-- while it is paused.
 -- Slot k (1-based) is at slots_from + greatest(0, k - level) / refill; the caller puts a row that got no slot back
 -- until its slot would come within the horizon (the same formula). Paused: slots_from is the pause's end and
 -- nothing is granted. Creates the bucket at the default rate on first use. The row lock makes concurrent workers on
@@ -47,8 +49,8 @@ BEGIN
     VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp())
     ON CONFLICT (phone_number_id) DO NOTHING;
     SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
-    t := clock_timestamp() + make_interval(secs => lead);  -- the earliest slot
     shape := wa_outbox.bucket_shape(b.mps, b.burst);
+    t := clock_timestamp() + make_interval(secs => least(lead, 1 / shape.refill));  -- the earliest slot
     refill := shape.refill;
     IF b.paused_until > t THEN
         granted := 0;

@@ -45,9 +45,9 @@ FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the
 # back well before the schedule runs dry (they come back when the next free slot is half a horizon away); short
 # enough that a throttled sender has few sends already scheduled on other workers.
 SLOT_HORIZON = 0.5
-# The first slot a claim reserves is this far ahead: the claim's own latency (the rest of the statement, its commit,
-# the reply), so its rows reach their threads before their slot even on a busy machine. An idle sender's first
-# message waits this long; a busy sender's schedule is ahead anyway.
+# The first slot a claim reserves is this far ahead (at most one slot interval: reserve_slots): the claim's own
+# latency (the rest of the statement, its commit, the reply), so its rows reach their threads before their slot
+# even on a busy machine. An idle sender's first message waits this long; a busy sender's schedule is ahead anyway.
 SLOT_LEAD = 0.05
 # A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
 # late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
