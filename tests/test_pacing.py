@@ -14,7 +14,7 @@ import psycopg
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from tests.test_worker_process import start_worker_process
 from wa_outbox.enqueue import enqueue_many
-from wa_outbox.worker._classify import Action, SendResult, classify
+from wa_outbox.worker._classify import THROTTLE_PAUSE_SECONDS, Action, SendResult, classify
 
 TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
 
@@ -46,6 +46,15 @@ def test_131057_pauses_the_sender_for_about_a_minute_without_spending_the_attemp
     d = classify(SendResult(http_status=400, body=error))
     assert (d.action, d.wait_seconds) == (Action.THROTTLE_SENDER, 60.0)
     assert classify(SendResult(http_status=400, body=error, retry_after=90)).wait_seconds == 90
+
+
+def test_the_clock_offset_estimate_keeps_its_value_while_a_sample_allows_it():
+    from wa_outbox.worker._sender import clock_offset
+    # The database read its clock between sent and received: the shortest round trip bounds the offset.
+    slow, fast = (100.0, 100.05, 100.2), (200.0, 200.004, 200.01)
+    assert clock_offset([slow, fast]) == 0.0  # on one machine: 0 lies within [-0.006, 0.004]
+    assert clock_offset([fast], previous=0.003) == 0.003
+    assert abs(clock_offset([(300.0, 302.0, 300.01)]) - 1.99) < 1e-9  # 2 s ahead: the nearest bound
 
 
 # --- the schedule in Postgres ----------------------------------------------------------------------------------------
@@ -85,14 +94,12 @@ def test_default_schedule_spaces_slots_just_over_one_interval_and_reserves_only_
 def test_an_idle_senders_first_slot_is_the_lead_ahead_so_the_claims_own_latency_never_makes_it_late(run, db):
     assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
     db.execute("UPDATE wa_outbox.rate_limits SET refilled_at = now() - interval '10 seconds'")
-    before = time.time()
-    slots = reserve(db, 3, horizon=0.5, lead=0.05)
-    assert len(slots) == 3 and slots[0] - before >= 0.05
-    assert abs(slots[1] - slots[0] - 1 / 19.7) < 1e-6  # and the schedule goes on from there, not a burst
+    ahead = ("SELECT extract(epoch FROM slots_from - clock_timestamp())::float8 "
+             "FROM wa_outbox.reserve_slots(%s, 3, 80, 0.05, 0.5)")
+    assert 0.045 < db.execute(ahead, (SENDER,)).fetchone()[0] <= 0.05
     # At most one interval: at a rate the workers cannot reach, a claim's rows go at once.
     assert run("ratelimit", "set", SENDER, "--mps", "1000000").exit_code == 0
-    before = time.time()
-    assert reserve(db, 1, lead=0.05)[0] - before < 0.01
+    assert db.execute(ahead, (SENDER,)).fetchone()[0] <= 1 / 985_000
 
 
 def test_burst_mode_is_the_classic_bucket_in_slots(run, db):
@@ -178,10 +185,12 @@ def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(
     assert window_max(accepted) <= rate
     refused = sim.stats()["outcomes"].get("error_130429", 0)
     assert refused <= 3
-    # At the rate: at least 0.9 of it on this busy machine (a row given back for a late wake-up leaves its slot
-    # unused); the benchmark (bench/pacing.py) measures 98.5 % over a long run.
-    achieved = (n - 1) / (accepted[-1] - accepted[0])
-    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s"
+    # Near the rate, less the pauses those refusals drew (each pauses the sender THROTTLE_PAUSE_SECONDS): at least
+    # 0.9 of it on this busy machine (each row given back for a late wake-up leaves its slot unused: a few % under
+    # load); the benchmark (bench/pacing.py) measures it over a long run.
+    paused = refused * THROTTLE_PAUSE_SECONDS[130429]
+    achieved = (n - 1) / (accepted[-1] - accepted[0] - paused)
+    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused"
 
 
 def test_a_130429_pauses_every_worker(db, sender, sim, settings, run):
