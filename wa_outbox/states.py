@@ -41,7 +41,7 @@ class TimelineEvent(enum.StrEnum):
     PAIR_LIMITED = "pair_limited"        # 131056: this recipient is paused
     UNKNOWN = "unknown"
     RECONCILED = "reconciled"            # a status webhook settled an unknown (or re-queued) send
-    RELEASED = "released"                # a claim whose answer was lost: given back unsent
+    RELEASED = "released"                # claimed, given back unsent (a lost claim reply, a pause, shutdown)
     DELIVERED = "delivered"
     READ = "read"
     PLAYED = "played"
