@@ -59,3 +59,43 @@ def test_the_claim_reads_one_batch_of_a_long_queue_beside_a_long_history(db, dat
                         "<= (SELECT max(next_attempt_at) FROM wa_outbox.notifications WHERE status = 'sending'))) s"
                         ).fetchone()[0]
     assert sorted(oldest) == sorted(r["id"] for r in claimed)
+
+
+def test_queue_health_counts_each_live_state_from_its_index_not_the_whole_history(db):
+    """The view (and the /metrics scrape through queue_metrics.sql) agrees with a GROUP BY over the table, and reads
+    no table from end to end: with 100,000 finished messages, a sequential scan is what the old view did."""
+    fill_history(db, 100_000, 50)
+    db.execute("UPDATE wa_outbox.notifications SET blocked = true WHERE id IN (SELECT id FROM wa_outbox.notifications "
+               "WHERE status = 'queued' ORDER BY id LIMIT 5)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'sending', locked_by = 'w', locked_until = now() + "
+               "interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.notifications WHERE status = 'queued' "
+               "AND NOT blocked ORDER BY id LIMIT 4)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'unknown', unknown_since = now() WHERE id IN (SELECT id "
+               "FROM wa_outbox.notifications WHERE status = 'queued' AND NOT blocked ORDER BY id LIMIT 3)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id <= 20")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'failed' WHERE id BETWEEN 21 AND 30")
+    db.execute("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload, status) "
+               "SELECT 'd:' || i, 'messages', 'change', '{}', (ARRAY['queued', 'dead', 'done'])[1 + mod(i, 3)] "
+               "FROM generate_series(1, 30) i")
+    db.execute("ANALYZE wa_outbox.notifications")
+    db.execute("ANALYZE wa_outbox.webhook_events")
+    truth = {("notifications", s): n for s, n in db.execute(
+        "SELECT status, count(*) FROM wa_outbox.notifications WHERE status IN ('queued', 'sending', 'unknown', "
+        "'dead') GROUP BY status")}
+    truth.update({("webhook_events", s): n for s, n in db.execute(
+        "SELECT status, count(*) FROM wa_outbox.webhook_events WHERE status IN ('queued', 'processing', 'dead') "
+        "GROUP BY status")})
+    assert truth[("notifications", "queued")] == 50 - 4 - 3 and truth[("notifications", "dead")] == 20
+    view = {(q, s): n for q, s, n in db.execute("SELECT queue, status, rows FROM wa_outbox.queue_health")}
+    assert view == truth  # empty states have no row, as before
+    due = db.execute("SELECT oldest_due FROM wa_outbox.queue_health WHERE queue = 'notifications' AND "
+                     "status = 'queued'").fetchone()[0]
+    assert due == db.execute("SELECT min(next_attempt_at) FROM wa_outbox.notifications WHERE status = 'queued'"
+                             ).fetchone()[0]
+    metrics = {(r[0], r[1]): r[2] for r in db.execute(wdb.query("queue_metrics"))}
+    assert metrics[("notifications", "failed")] == 10 and metrics[("notifications", "dead")] == 20
+    for sql in ("SELECT * FROM wa_outbox.queue_health", wdb.query("queue_metrics"), wdb.query("ops_queue_depth")):
+        plan = explain(db, sql, {})
+        scans = [n for n in nodes(plan["Plan"]) if n["Node Type"] == "Seq Scan"
+                 and n.get("Relation Name") == "notifications"]
+        assert not scans, (sql, [n.get("Filter") for n in scans])
