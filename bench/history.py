@@ -294,7 +294,7 @@ def explain_hot_path(url: str) -> dict[str, Any]:
 
 
 OPS_QUERIES: dict[str, dict[str, Any]] = {
-    "ops_queue_depth": {},
+    "ops_queue_depth": {"cap": 10_000},
     "ops_throughput": {},
     "ops_workers": {},
     "ops_senders": {},

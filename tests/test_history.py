@@ -95,7 +95,25 @@ def test_queue_health_counts_each_live_state_from_its_index_not_the_whole_histor
     metrics = {(r[0], r[1]): r[2] for r in db.execute(wdb.query("queue_metrics"))}
     assert metrics[("notifications", "failed")] == 10 and metrics[("notifications", "dead")] == 20
     for sql in ("SELECT * FROM wa_outbox.queue_health", wdb.query("queue_metrics"), wdb.query("ops_queue_depth")):
-        plan = explain(db, sql, {})
+        plan = explain(db, sql, {"cap": 10_000} if "%(cap)s" in sql else {})
         scans = [n for n in nodes(plan["Plan"]) if n["Node Type"] == "Seq Scan"
                  and n.get("Relation Name") == "notifications"]
         assert not scans, (sql, [n.get("Filter") for n in scans])
+
+
+def test_the_ops_page_counts_a_backlog_up_to_a_cap_and_says_so(db, database_url):
+    from wa_outbox import ops
+    fill_history(db, 0, 5)
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id <= 2")
+    engine = wdb.create_engine(database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    try:
+        exact = {r["status"]: r for r in ops.queue_depth(engine) if r["queue"] == "notifications"}
+        capped = {r["status"]: r for r in ops.queue_depth(engine, cap=2) if r["queue"] == "notifications"}
+    finally:
+        engine.dispose()
+    assert (exact["queued"]["rows"], exact["queued"]["capped"]) == (3, False)
+    assert (exact["dead"]["rows"], exact["dead"]["capped"]) == (2, False)
+    assert (capped["queued"]["rows"], capped["queued"]["capped"]) == (2, True)
+    assert (capped["dead"]["rows"], capped["dead"]["capped"]) == (2, False)  # exactly at the cap is not more
+    assert capped["sending"]["rows"] == 0 and capped["sending"]["oldest_age_seconds"] is None
+    assert exact["queued"]["oldest_age_seconds"] >= 0
