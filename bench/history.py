@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -316,7 +316,7 @@ def status_queries(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
     queries: dict[str, dict[str, Any]] = {}
     for name in ("get_notification", "find_notifications", "ops_search", "list_dead"):
         text = db.query(name)
-        names = set(__import__("re").findall(r"%\((\w+)\)s", text))
+        names = set(re.findall(r"%\((\w+)\)s", text))
         queries[name] = {k: v for k, v in {"id": nid, "recipient": recipient, "correlation_id": correlation,
                                            "term": recipient, "limit": 50, "code": None, "before_id": None,
                                            "phone_number_id": None}.items() if k in names}
