@@ -15,12 +15,14 @@ MAX_ID = 2 ** 63 - 1  # ids are bigint
 MAX_QUERY_CHARS = 512  # longer than any id, phone number, correlation id (255) or wamid
 GROUP_BATCH = 1000  # ids per statement when a whole dead-letter group is retried or purged
 WORKER_ALIVE_SECONDS = 30  # as wa_outbox_workers_alive counts them (queue_metrics.sql)
+DEPTH_CAP = 10_000  # the page's queue counts stop here: a backlog's order of magnitude is what it needs
 
 
 # --- reads ------------------------------------------------------------------------------------------------------
 
-def queue_depth(engine: sa.Engine) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ops_queue_depth")
+def queue_depth(engine: sa.Engine, *, cap: int = DEPTH_CAP) -> list[dict[str, Any]]:
+    """Rows per live state, counted up to `cap` (`capped` then says there are more), and the oldest one's age."""
+    return db.fetch(engine, "ops_queue_depth", {"cap": cap})
 
 
 def throughput(engine: sa.Engine) -> list[dict[str, Any]]:

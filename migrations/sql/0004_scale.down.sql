@@ -6,6 +6,21 @@
 
 -- == History and retention =========================================================================================
 -- prune: nothing to undo (version 4 adds no object for it).
+CREATE OR REPLACE VIEW wa_outbox.queue_health AS
+SELECT 'notifications'::text AS queue, status, count(*) AS rows,
+       min(next_attempt_at) FILTER (WHERE status = 'queued') AS oldest_due,
+       extract(epoch FROM now() - min(created_at)) AS oldest_age_seconds
+FROM wa_outbox.notifications
+WHERE status IN ('queued', 'sending', 'unknown', 'dead')
+GROUP BY status
+UNION ALL
+SELECT 'webhook_events', status, count(*),
+       min(next_attempt_at) FILTER (WHERE status = 'queued'),
+       extract(epoch FROM now() - min(received_at))
+FROM wa_outbox.webhook_events
+WHERE status IN ('queued', 'processing', 'dead')
+GROUP BY status;
+DROP INDEX wa_outbox.notifications_dead_or_failed_age;
 
 -- == Bulk enqueue ==================================================================================================
 -- Back to version 3: message_problem() in plpgsql (version 2), enqueue_many() as in version 2, enqueue_campaign() as

@@ -1,7 +1,9 @@
 -- Claim up to %(limit)s due messages for one worker, in one statement:
 --  * take due queued rows, transactional (priority 0) before campaign (1), each by next_attempt_at, skipping rows
 --    other workers hold. One index range per priority, read lazily: a batch filled by priority 0 never reads 1, rows
---    not yet due are never read, parked followers are not in the index (notifications_due): O(batch);
+--    not yet due are never read, parked followers are not in the index (notifications_due): O(batch). Each range
+--    has its own LIMIT: the planner does not carry the outer LIMIT into these locking subqueries, and once history
+--    makes the table big it reads and sorts every due row instead of walking the index (bench/history.py);
 --  * the 24-hour window (%(enforce_window)s): a non-template message to a recipient who has not written in 24 h
 --    (or never, as far as wa-outbox knows) goes `dead` (outside_service_window) instead of into a certain 131047;
 --  * order per recipient: an ordered message with an earlier unfinished one in its line (same sender and recipient)
@@ -19,17 +21,17 @@ WITH candidates AS (
     SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
                    FROM wa_outbox.notifications n
                    WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 0 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at FOR UPDATE SKIP LOCKED) p0
+                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p0
     UNION ALL
     SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
                    FROM wa_outbox.notifications n
                    WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at FOR UPDATE SKIP LOCKED) p1
+                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p1
     UNION ALL
     SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
                    FROM wa_outbox.notifications n
                    WHERE n.status = 'queued' AND NOT n.blocked AND n.priority > 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.priority, n.next_attempt_at FOR UPDATE SKIP LOCKED) p2
+                   ORDER BY n.priority, n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p2
     LIMIT %(limit)s
 ), seen AS (
     SELECT c.id, c.phone_number_id, c.recipient, c.ordered, c.priority, c.next_attempt_at,

@@ -202,7 +202,7 @@ def index():
         chart["max"] = max(chart["values"], default=0)
         chart["bars"] = ops.bars(chart["values"], labels) if chart["kind"] == "bars" else []
         chart["points"] = ops.line_points(chart["values"]) if chart["kind"] == "line" else ""
-    return _page("index.html", depth=depth, waiting=waiting, oldest_age=oldest, charts=charts,
+    return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest, charts=charts,
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
                  workers=ops.workers(engine), senders=ops.senders(engine), dead_groups=ops.dead_groups(engine),
                  campaigns=ops.campaigns(engine))

@@ -1,0 +1,119 @@
+"""The hot paths and the ops queries stay bounded as finished history grows (bench/history.py measures the speed;
+these tests check the plans, which is what breaks first)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import psycopg
+import pytest
+
+from wa_outbox import db as wdb
+from wa_outbox.config import Settings
+from wa_outbox.worker._sender import claim_pacing
+
+SENDER = "100000000000001"
+
+
+def fill_history(conn: psycopg.Connection, finished: int, queued: int) -> None:
+    """`finished` read messages beside `queued` due ones (due times in random order, as retries leave them)."""
+    conn.execute(
+        "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, status, wamid, "
+        "next_attempt_at) SELECT %s, (5511900000000 + i)::text, '{\"type\":\"text\",\"text\":{\"body\":\"hi\"}}', "
+        "'', 'read', 'wamid.h' || i, now() - interval '1 day' FROM generate_series(1, %s) i", (SENDER, finished))
+    conn.execute(
+        "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, next_attempt_at) "
+        "SELECT %s, (5511800000000 + i)::text, '{\"type\":\"text\",\"text\":{\"body\":\"hi\"}}', '', "
+        "now() - random() * interval '1 hour' FROM generate_series(1, %s) i", (SENDER, queued))
+    conn.execute("ANALYZE wa_outbox.notifications")
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def explain(conn: psycopg.Connection, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, FORMAT JSON), in a transaction rolled back."""
+    with conn.transaction(force_rollback=True):
+        return conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0][0]
+
+
+def test_the_claim_reads_one_batch_of_a_long_queue_beside_a_long_history(db, database_url):
+    """Beside 100,000 finished messages, the planner stops walking notifications_due for the claim and sorts all
+    5,000 due rows instead, unless each priority's range has its own LIMIT."""
+    fill_history(db, 100_000, 5_000)
+    params = {"limit": 64, "worker_id": "w", "lease_seconds": 60, "default_mps": 1e6, **claim_pacing(Settings())}
+    plan = explain(db, wdb.query("claim_notifications"), params)
+    candidates = next(p for p in plan["Plan"]["Plans"] if p.get("Subplan Name") == "CTE candidates")
+    read = max(n["Actual Rows"] * n["Actual Loops"] for n in nodes(candidates))
+    assert read <= 64, f"the claim read {read} rows to claim 64"
+    assert not [n for n in nodes(candidates) if n["Node Type"] == "Sort"]
+    engine = wdb.create_engine(database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    claimed = wdb.fetch(engine, "claim_notifications", params)
+    engine.dispose()
+    assert len(claimed) == 64  # and it still claims, the oldest due first
+    oldest = db.execute("SELECT array_agg(id ORDER BY next_attempt_at) FROM (SELECT id, next_attempt_at FROM "
+                        "wa_outbox.notifications WHERE status = 'sending' OR (status = 'queued' AND next_attempt_at "
+                        "<= (SELECT max(next_attempt_at) FROM wa_outbox.notifications WHERE status = 'sending'))) s"
+                        ).fetchone()[0]
+    assert sorted(oldest) == sorted(r["id"] for r in claimed)
+
+
+def test_queue_health_counts_each_live_state_from_its_index_not_the_whole_history(db):
+    """The view (and the /metrics scrape through queue_metrics.sql) agrees with a GROUP BY over the table, and reads
+    no table from end to end: with 100,000 finished messages, a sequential scan is what the old view did."""
+    fill_history(db, 100_000, 50)
+    db.execute("UPDATE wa_outbox.notifications SET blocked = true WHERE id IN (SELECT id FROM wa_outbox.notifications "
+               "WHERE status = 'queued' ORDER BY id LIMIT 5)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'sending', locked_by = 'w', locked_until = now() + "
+               "interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.notifications WHERE status = 'queued' "
+               "AND NOT blocked ORDER BY id LIMIT 4)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'unknown', unknown_since = now() WHERE id IN (SELECT id "
+               "FROM wa_outbox.notifications WHERE status = 'queued' AND NOT blocked ORDER BY id LIMIT 3)")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id <= 20")
+    db.execute("UPDATE wa_outbox.notifications SET status = 'failed' WHERE id BETWEEN 21 AND 30")
+    db.execute("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload, status) "
+               "SELECT 'd:' || i, 'messages', 'change', '{}', (ARRAY['queued', 'dead', 'done'])[1 + mod(i, 3)] "
+               "FROM generate_series(1, 30) i")
+    db.execute("ANALYZE wa_outbox.notifications")
+    db.execute("ANALYZE wa_outbox.webhook_events")
+    truth = {("notifications", s): n for s, n in db.execute(
+        "SELECT status, count(*) FROM wa_outbox.notifications WHERE status IN ('queued', 'sending', 'unknown', "
+        "'dead') GROUP BY status")}
+    truth.update({("webhook_events", s): n for s, n in db.execute(
+        "SELECT status, count(*) FROM wa_outbox.webhook_events WHERE status IN ('queued', 'processing', 'dead') "
+        "GROUP BY status")})
+    assert truth[("notifications", "queued")] == 50 - 4 - 3 and truth[("notifications", "dead")] == 20
+    view = {(q, s): n for q, s, n in db.execute("SELECT queue, status, rows FROM wa_outbox.queue_health")}
+    assert view == truth  # empty states have no row, as before
+    due = db.execute("SELECT oldest_due FROM wa_outbox.queue_health WHERE queue = 'notifications' AND "
+                     "status = 'queued'").fetchone()[0]
+    assert due == db.execute("SELECT min(next_attempt_at) FROM wa_outbox.notifications WHERE status = 'queued'"
+                             ).fetchone()[0]
+    metrics = {(r[0], r[1]): r[2] for r in db.execute(wdb.query("queue_metrics"))}
+    assert metrics[("notifications", "failed")] == 10 and metrics[("notifications", "dead")] == 20
+    for sql in ("SELECT * FROM wa_outbox.queue_health", wdb.query("queue_metrics"), wdb.query("ops_queue_depth")):
+        plan = explain(db, sql, {"cap": 10_000} if "%(cap)s" in sql else {})
+        scans = [n for n in nodes(plan["Plan"]) if n["Node Type"] == "Seq Scan"
+                 and n.get("Relation Name") == "notifications"]
+        assert not scans, (sql, [n.get("Filter") for n in scans])
+
+
+def test_the_ops_page_counts_a_backlog_up_to_a_cap_and_says_so(db, database_url):
+    from wa_outbox import ops
+    fill_history(db, 0, 5)
+    db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id <= 2")
+    engine = wdb.create_engine(database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    try:
+        exact = {r["status"]: r for r in ops.queue_depth(engine) if r["queue"] == "notifications"}
+        capped = {r["status"]: r for r in ops.queue_depth(engine, cap=2) if r["queue"] == "notifications"}
+    finally:
+        engine.dispose()
+    assert (exact["queued"]["rows"], exact["queued"]["capped"]) == (3, False)
+    assert (exact["dead"]["rows"], exact["dead"]["capped"]) == (2, False)
+    assert (capped["queued"]["rows"], capped["queued"]["capped"]) == (2, True)
+    assert (capped["dead"]["rows"], capped["dead"]["capped"]) == (2, False)  # exactly at the cap is not more
+    assert capped["sending"]["rows"] == 0 and capped["sending"]["oldest_age_seconds"] is None
+    assert exact["queued"]["oldest_age_seconds"] >= 0
