@@ -4,6 +4,10 @@ pooled HTTP session, and record their outcomes in batches.
 Claiming only as many rows as there are free slots means every claimed row goes on the wire at once: nothing sits
 claimed-but-unsent behind a busy thread, so the lease covers exactly the sends in flight.
 
+When sends end sooner than a claim returns (a fast API, a busy database), the producer lets the sends in flight
+end before claiming, so one statement fills all their slots: claiming each quarter of the slots on its own would
+cost one statement per quarter and leave the slots freed meanwhile idle while it runs (`gather_first`).
+
 A claim is never repeated blindly (its reply may be lost after its COMMIT). Instead the Sender tracks the ids it
 holds (claimed and handed to a send thread, until their outcome is recorded); after a claim fails, it gives back
 every row `sending` under its lease that it does not hold (release_unsent_claims.sql) before claiming again.
@@ -33,6 +37,18 @@ log = logging.getLogger("wa_outbox.worker")
 _PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
                   Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+LATENCY_WEIGHT = 0.2        # weight of the newest claim or send in their moving averages of seconds taken
+
+
+def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, claim_seconds: float | None) -> bool:
+    """Whether to let the sends in flight end before the next claim: only while many are in flight (a drain, not
+    a trickle at a low rate, whose claims must stay on time) and sends take less time than a claim."""
+    return (in_flight >= min_claim and send_seconds is not None and claim_seconds is not None
+            and send_seconds < claim_seconds)
+
+
+def moving_average(average: float | None, seconds: float) -> float:
+    return seconds if average is None else average + LATENCY_WEIGHT * (seconds - average)
 
 
 def describe_outcome(entry: dict, attempt: int) -> str:
@@ -79,6 +95,8 @@ class Sender:
         self._release_pending = False           # a claim failed: its rows may be ours, unsent
         self._failures = 0                      # consecutive failed claims (or releases), for the backoff
         self._due_not_claimed = 0               # consecutive short claims with a message due now (_next_claim_in)
+        self._send_seconds: float | None = None   # moving averages (gather_first)
+        self._claim_seconds: float | None = None
         self._outcomes: queue.Queue[tuple[Claimed, Decision, dict]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
@@ -94,6 +112,9 @@ class Sender:
             in_flight = self.in_flight
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
+                if gather_first(in_flight, min_claim, self._send_seconds, self._claim_seconds):
+                    self._gather(stopping, self._send_seconds)
+                    free = self.concurrency - self.in_flight
                 try:
                     if self._release_pending:
                         self.release_unsent_claims()
@@ -117,6 +138,17 @@ class Sender:
                 continue
             self.wake.wait(self.settings.poll_interval)
 
+    def _gather(self, stopping: threading.Event, seconds: float) -> None:
+        """Wait until no send is in flight, at most `seconds` (about one send's time)."""
+        deadline = time.monotonic() + seconds
+        while self.in_flight and not stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wake.clear()
+            if self.in_flight:
+                self.wake.wait(left)
+
     def _next_claim_in(self) -> float:
         """Seconds to wait after a claim that left slots free: until the next queued message is due and its sender
         has a token (next_claim_in.sql), at most the poll interval. The bucket holds barely more than one token, so
@@ -137,9 +169,11 @@ class Sender:
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
     def _claim(self, limit: int) -> list[Claimed]:
+        started = time.monotonic()
         rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings)})
+        self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
         if rows and logs.events.isEnabledFor(logging.DEBUG):
@@ -184,6 +218,7 @@ class Sender:
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
         else:
             self.metrics.observe_send(result.elapsed_ms / 1000)
+            self._send_seconds = moving_average(self._send_seconds, result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
             try:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
