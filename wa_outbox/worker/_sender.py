@@ -113,7 +113,7 @@ class Sender:
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
                 if gather_first(in_flight, min_claim, self._send_seconds, self._claim_seconds):
-                    self._gather(stopping, self._send_seconds)
+                    self._gather(stopping, self._send_seconds or 0.0)
                     free = self.concurrency - self.in_flight
                 try:
                     if self._release_pending:
