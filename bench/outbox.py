@@ -1,6 +1,7 @@
 """Outbox benchmark: wa-outbox's enqueue and send pipeline, each figure beside a reference measured in the same run.
 
-    .venv/bin/python bench/outbox.py [--n 20000] [--quick] [--skip-peers] [--enqueue-only] [--json PATH]
+    .venv/bin/python bench/outbox.py [--n 20000] [--quick] [--skip-peers] [--cases enqueue,dry,full,slow]
+                                     [--enqueue-only] [--json docs/results/outbox.json]
     .venv/bin/pip install -r bench/requirements-peers.txt   # the pgqueuer and procrastinate references
 
 On real Postgres (DATABASE_URL, else the embedded one), each system in a scratch database of its own (created and
@@ -13,6 +14,10 @@ dropped), durable settings only (synchronous_commit as the server has it, never 
   off), beside bare `requests.Session` clients posting the same bodies to the same server from as many processes and
   threads, for BARE_SECONDS or N requests, whichever ends first;
 - the full drain with LATENCY_MS of added API latency, beside the zero-latency drain.
+The dry-run and full drains are measured with 1, 2 and 4 worker processes (PROCESS_SWEEP), each full drain right
+after the bare client of as many processes (adjacent in time, so both see the same machine); the full drain of
+DRY_RUN/FULL's process count is the headline. After that drain, the timeline gives each message's pipeline latency
+(its `sending` event to its `sent` event: the HTTP call plus the wait to be recorded) in percentiles.
 Workers run as processes of their own (each row names its setup: processes x worker_concurrency) and are timed from
 their start (imports done) until no row is queued or sending; then every drain is checked: N rows sent, N messages
 accepted by the simulator, no callback id twice. Every queue is ANALYZEd once filled, as autovacuum would have done on a live
@@ -44,7 +49,7 @@ from requests.adapters import HTTPAdapter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import _results  # noqa: E402
+from bench._results import add_json_argument, write  # noqa: E402
 from wa_outbox import enqueue, enqueue_many, migrate  # noqa: E402
 from wa_outbox.enqueue import batch_json  # noqa: E402
 from wa_outbox.config import Settings, normalize_database_url  # noqa: E402
@@ -58,11 +63,14 @@ LATENCY_MS = 200
 BARE_SECONDS = 10.0
 # (worker processes, worker_concurrency), each the best of a sweep on the 2-core machine (dry run: 1 x 128 15.0k,
 # 2 x 64 15.5k, 1 x 256 18.2k, 2 x 128 18.5k; full: 2 x 32 1.65k, 2 x 64 1.76k; +200 ms: 2 x 200 1.39k, 3 x 160 1.50k,
-# 2 x 256 1.54k). FULL_ONE is there because one requests process is GIL-bound at about 1,100 req/s: its row compares
-# one process with one bare client process.
+# 2 x 256 1.54k). One requests process is GIL-bound at about 1,100 req/s: the process sweep compares each count with
+# as many bare client processes.
 DRY_RUN = (2, 128)
-FULL_ONE, FULL = (1, 64), (2, 64)
+FULL = (2, 64)
 SLOW = (2, 256)
+PROCESS_SWEEP = (1, 2, 4)  # worker processes (and bare client processes) for the "throughput vs processes" plot
+FULL_GOAL = 0.9            # full drain, FULL setup: at least this share of the bare client's rate (issue 10)
+CASES = ("enqueue", "dry", "full", "slow")
 PGQ_CONSUMERS, PGQ_BATCH = 2, 100  # pgqueuer no-op drain: consumers (a connection each) x dequeue batch size
 PROCRASTINATE_CONCURRENCY = 8      # procrastinate no-op drain: one worker, this many concurrent jobs
 PEERS_HINT = ".venv/bin/pip install -r bench/requirements-peers.txt"
@@ -285,6 +293,25 @@ def wa_drain(url: str, n: int, setup: tuple[int, int], *, api_base_url: str = Se
     return result
 
 
+LATENCY = """
+SELECT percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY ms) AS pipeline,
+       max(ms) AS pipeline_max,
+       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY http_ms) AS http
+FROM (SELECT extract(epoch FROM d.created_at - s.created_at)::float8 * 1000 AS ms, (d.detail->>'ms')::float AS http_ms
+      FROM wa_outbox.notification_events d
+      JOIN wa_outbox.notification_events s ON s.notification_id = d.notification_id AND s.event = 'sending'
+      WHERE d.event = 'sent') t
+"""
+
+
+def drain_latency(url: str) -> dict[str, float]:
+    """Percentiles (ms) of the last drain: `sending` to `sent` event (pipeline) and the HTTP call alone."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pipeline, pipeline_max, http = conn.execute(LATENCY).fetchone()
+    return {"pipeline_p50_ms": pipeline[0], "pipeline_p90_ms": pipeline[1], "pipeline_p99_ms": pipeline[2],
+            "pipeline_max_ms": pipeline_max, "http_p50_ms": http[0], "http_p90_ms": http[1], "http_p99_ms": http[2]}
+
+
 # --- the bare client ---------------------------------------------------------------------------------------------
 
 
@@ -467,107 +494,177 @@ def print_table(rows: list[Row]) -> None:
         print(f"{row.name:<42}{value:>10}  {row.reference:<44}{ref:>10}{ratio:>7}  {row.goal():<20}{row.result()}")
 
 
+def headline(what: str, value: float | None, ref: float | str, ref_name: str, share: float | None,
+             unit: str = "msgs/s") -> dict[str, Any]:
+    numeric = isinstance(ref, (int, float)) and value is not None
+    ratio = value / ref if numeric else None
+    return {"what": what, "unit": unit, "value": value, "reference": ref if numeric else None,
+            "reference_name": ref_name if numeric else f"{ref_name}: {ref}", "ratio": ratio,
+            "goal": None if share is None else f">= {share:g} of the reference",
+            "met": None if share is None or ratio is None else ratio >= share}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20_000, help="messages per case (default 20000)")
     parser.add_argument("--quick", action="store_true", help="N=5000, for a fast check")
     parser.add_argument("--skip-peers", action="store_true", help="skip the pgqueuer and procrastinate references")
-    parser.add_argument("--enqueue-only", action="store_true", help="only the enqueue cases (theirs and the peers')")
-    _results.add_json_argument(parser)
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"comma-separated subset of {', '.join(CASES)} (default: all)")
+    parser.add_argument("--processes", default=",".join(map(str, PROCESS_SWEEP)),
+                        help="worker process counts of the dry-run and full drain sweeps (default 1,2,4)")
+    parser.add_argument("--enqueue-only", action="store_true", help="only the enqueue cases (= --cases enqueue)")
+    add_json_argument(parser)
     args = parser.parse_args()
     n = 5000 if args.quick else args.n
-    drain = not args.enqueue_only
+    cases = {"enqueue"} if args.enqueue_only else set(args.cases.split(","))
+    if cases - set(CASES):
+        parser.error(f"unknown case(s): {', '.join(sorted(cases - set(CASES)))}; choose from {', '.join(CASES)}")
+    sweep = sorted({int(p) for p in args.processes.split(",")} | {DRY_RUN[0], FULL[0]})
 
     server = server_url()
     facts = machine_facts(server)
     print(facts, flush=True)
     items = make_items(n)
     bodies = [graph_body(item, str(i)) for i, item in enumerate(items, 1)]
-    sim = Simulator() if drain else None
-    drains: dict[str, float] = {}
-    bare: dict[tuple[int, int], float] = {}
+    single = bulk = chunk = bulk_python = None
+    dry: dict[int, float] = {}
+    full: dict[int, float] = {}
+    bare: dict[int, float] = {}
+    latency: dict[str, float] = {}
+    slow = None
+    sim = Simulator() if cases & {"full", "slow"} else None
     try:
         with scratch_database(server, "wa") as url:
             wa_setup(url)
-            print(f"wa-outbox: enqueue single, bulk ({', '.join(map(str, CHUNKS))}) ...", flush=True)
-            single = wa_single(url, items)
-            bulk, chunk = max((wa_bulk(url, items, chunk), chunk) for chunk in CHUNKS)
-            bulk_python = wa_bulk_python(items, chunk)
-            for name, setup, latency in (("dry", DRY_RUN, None), ("full_one", FULL_ONE, 0), ("full", FULL, 0),
-                                         ("slow", SLOW, LATENCY_MS)) if drain else ():
-                print(f"wa-outbox: {'dry-run' if latency is None else f'+{latency} ms'} drain, {label(setup)} ...",
-                      flush=True)
+            if "enqueue" in cases:
+                print(f"wa-outbox: enqueue single, bulk ({', '.join(map(str, CHUNKS))}) ...", flush=True)
+                single = wa_single(url, items)
+                bulk, chunk = max((wa_bulk(url, items, chunk), chunk) for chunk in CHUNKS)
+                bulk_python = wa_bulk_python(items, chunk)
+            for processes in sweep if "dry" in cases else ():
+                setup = (processes, DRY_RUN[1])
+                print(f"wa-outbox: dry-run drain, {label(setup)} ...", flush=True)
                 wa_fill(url, items)
-                if latency is None:
-                    drains[name] = wa_drain(url, n, setup, dry_run=True)
-                    continue
-                sim.reset(latency)
-                drains[name] = wa_drain(url, n, setup, api_base_url=sim.base_url)
-                sim.check_accepted(n)
-            for setup in (FULL_ONE, FULL) if drain else ():
+                dry[processes] = wa_drain(url, n, setup, dry_run=True)
+            for processes in sweep if "full" in cases else ():
+                setup = (processes, FULL[1])
                 print(f"bare client: {label(setup)} threads, {BARE_SECONDS:g} s or {n} requests ...", flush=True)
                 sim.reset()
-                bare[setup] = bare_client(sim.base_url, bodies, setup, BARE_SECONDS)
+                bare[processes] = bare_client(sim.base_url, bodies, setup, BARE_SECONDS)
+                print(f"wa-outbox: full drain, {label(setup)} ...", flush=True)
+                wa_fill(url, items)
+                sim.reset()
+                full[processes] = wa_drain(url, n, setup, api_base_url=sim.base_url)
+                sim.check_accepted(n)
+                if processes == FULL[0]:
+                    latency = drain_latency(url)
+            if "slow" in cases:
+                print(f"wa-outbox: +{LATENCY_MS} ms drain, {label(SLOW)} ...", flush=True)
+                wa_fill(url, items)
+                sim.reset(LATENCY_MS)
+                slow = wa_drain(url, n, SLOW, api_base_url=sim.base_url)
+                sim.check_accepted(n)
     finally:
         if sim is not None:
             sim.stop()
 
-    skipped = {"error": "--skip-peers"}
-    pgq = skipped if args.skip_peers else run_peer("pgqueuer", pgqueuer_bench, server, items, drain)
-    pro = skipped if args.skip_peers else run_peer("procrastinate", procrastinate_bench, server, items, drain)
+    skipped = {"error": "--skip-peers" if args.skip_peers else "case not run"}
+    peers_wanted = not args.skip_peers and cases & {"enqueue", "dry"}
+    peer_drain = "dry" in cases
+    pgq = run_peer("pgqueuer", pgqueuer_bench, server, items, peer_drain) if peers_wanted else skipped
+    pro = run_peer("procrastinate", procrastinate_bench, server, items, peer_drain) if peers_wanted else skipped
     print(f"\n{facts}\nN = {n} per case; rates in messages, jobs or requests per second; worker setups are "
           f"processes x worker_concurrency\n")
-    rows = [
-        Row("enqueue, single (1 transaction each)", single, "pgqueuer enqueue, single", peer(pgq, "single"),
-            share=1),
-        Row("", None, "procrastinate defer, single", peer(pro, "single")),
-        Row(f"enqueue_many, chunk {chunk}", bulk, f"pgqueuer enqueue, batch{chunk_of(pgq)}", peer(pgq, "batch"),
-            floor=60_000),
-        Row("", None, f"procrastinate batch_defer{chunk_of(pro)}", peer(pro, "batch")),
-    ]
-    if drain:
+    rows = []
+    if "enqueue" in cases:
         rows += [
-            Row(f"dry-run drain, {label(DRY_RUN)}", drains["dry"],
-                f"pgqueuer no-op drain, {PGQ_CONSUMERS} x batch {PGQ_BATCH}", peer(pgq, "drain"), share=1),
-            Row("", None, f"procrastinate no-op drain, concurrency {PROCRASTINATE_CONCURRENCY}", peer(pro, "drain")),
-            Row(f"full drain, {label(FULL_ONE)}", drains["full_one"], f"bare client, {label(FULL_ONE)} threads",
-                bare[FULL_ONE], share=0.8),
-            Row(f"full drain, {label(FULL)}", drains["full"], f"bare client, {label(FULL)} threads", bare[FULL],
-                share=0.8),
-            Row(f"+{LATENCY_MS} ms latency drain, {label(SLOW)}", drains["slow"], f"full drain, {label(FULL)}",
-                drains["full"], share=0.8),
-        ]
+            Row("enqueue, single (1 transaction each)", single, "pgqueuer enqueue, single", peer(pgq, "single"),
+                share=1),
+            Row("", None, "procrastinate defer, single", peer(pro, "single")),
+            Row(f"enqueue_many, chunk {chunk}", bulk, f"pgqueuer enqueue, batch{chunk_of(pgq)}", peer(pgq, "batch"),
+                floor=60_000),
+            Row("", None, f"procrastinate batch_defer{chunk_of(pro)}", peer(pro, "batch"))]
+    if dry:
+        rows += [Row(f"dry-run drain, {label(DRY_RUN)}", dry[DRY_RUN[0]],
+                     f"pgqueuer no-op drain, {PGQ_CONSUMERS} x batch {PGQ_BATCH}", peer(pgq, "drain"), share=1),
+                 Row("", None, f"procrastinate no-op drain, concurrency {PROCRASTINATE_CONCURRENCY}",
+                     peer(pro, "drain"))]
+        rows += [Row(f"dry-run drain, {label((p, DRY_RUN[1]))}", dry[p], "", "") for p in sweep if p != DRY_RUN[0]]
+    for p in sweep if full else ():
+        setup = (p, FULL[1])
+        rows.append(Row(f"full drain, {label(setup)}", full[p], f"bare client, {label(setup)} threads", bare[p],
+                        share=FULL_GOAL if p == FULL[0] else None))
+    if slow is not None:
+        rows.append(Row(f"+{LATENCY_MS} ms latency drain, {label(SLOW)}", slow,
+                        f"full drain, {label(FULL)}" if full else "full drain: case not run",
+                        full.get(FULL[0], "n/a"), share=0.8))
     print_table(rows)
-    server_us = 1e6 / bulk - 1e6 / bulk_python
-    print(f"\nenqueue_many, chunk {chunk}, where the time goes: {1e6 / bulk:.1f} µs per message; Python's own work "
-          f"(checks, the batch's JSON) alone takes {1e6 / bulk_python:.1f} µs; the other {server_us:.1f} µs are "
-          f"Postgres's (the statements, round trips, commit) beyond what the pipeline overlaps with Python's")
-    _results.write(args.json, "outbox", {
-        "n": n, "enqueue_single": single, "enqueue_many": bulk, "enqueue_many_chunk": chunk,
-        "enqueue_many_python_only": bulk_python, "drains": drains,
-        "bare_client": {label(setup): value for setup, value in bare.items()},
-        "pgqueuer": pgq, "procrastinate": pro,
-        "headline": [headline(row) for row in rows if row.value is not None],
-        "tables": [{"title": f"enqueue_many, chunk {chunk}: where the time goes (same run)",
-                    "columns": ["part", "µs per message", "share"],
-                    "rows": [["Python's own work: checks, the batch's JSON (measured alone)",
-                              round(1e6 / bulk_python, 1), round(bulk / bulk_python, 2)],
-                             ["Postgres: statements, round trips, commit (beyond what the pipeline overlaps)",
-                              round(server_us, 1), round(1 - bulk / bulk_python, 2)],
-                             ["total", round(1e6 / bulk, 1), 1.0]]}],
-    }, facts=facts)
+    if bulk and bulk_python:
+        server_us = 1e6 / bulk - 1e6 / bulk_python
+        print(f"\nenqueue_many, chunk {chunk}, where the time goes: {1e6 / bulk:.1f} µs per message; Python's own "
+              f"work (checks, the batch's JSON) alone takes {1e6 / bulk_python:.1f} µs; the other {server_us:.1f} µs "
+              f"are Postgres's (the statements, round trips, commit) beyond what the pipeline overlaps with Python's")
+    if latency:
+        print(f"\nfull drain, {label(FULL)}: pipeline latency (sending -> sent event) p50 "
+              f"{latency['pipeline_p50_ms']:.1f} ms, p90 {latency['pipeline_p90_ms']:.1f} ms, p99 "
+              f"{latency['pipeline_p99_ms']:.1f} ms; HTTP call p50 {latency['http_p50_ms']:.1f} ms, p99 "
+              f"{latency['http_p99_ms']:.1f} ms")
+
+    results: dict[str, Any] = {"n": n, "setups": {"dry_run": DRY_RUN, "full": FULL, "slow": SLOW},
+                               "dry_drain": {str(p): v for p, v in dry.items()},
+                               "full_drain": {str(p): v for p, v in full.items()},
+                               "bare_client": {str(p): v for p, v in bare.items()},
+                               "slow_drain": slow, "latency_full_ms": latency or None,
+                               "enqueue": {"single": single, "bulk": bulk, "chunk": chunk,
+                                           "bulk_python_only": bulk_python},
+                               "pgqueuer": pgq, "procrastinate": pro, "problems": PROBLEMS}
+    headlines = []
+    if bulk:
+        headlines.append(headline(f"enqueue_many, chunk {chunk}", bulk, peer(pgq, "batch"),
+                                  f"pgqueuer enqueue, batch{chunk_of(pgq)}", None))
+        headlines[-1].update(goal=">= 60,000/s", met=bulk >= 60_000)
+    if full:
+        headlines.append(headline(f"full drain through requests, {label(FULL)}", full[FULL[0]], bare[FULL[0]],
+                                  f"bare requests client, {label(FULL)} threads", FULL_GOAL))
+    if dry:
+        headlines.append(headline(f"dry-run drain (claim + record, no HTTP), {label(DRY_RUN)}", dry[DRY_RUN[0]],
+                                  peer(pgq, "drain"), f"pgqueuer no-op drain, {PGQ_CONSUMERS} x batch {PGQ_BATCH}",
+                                  1.0))
+    if slow is not None:
+        headlines.append(headline(f"full drain, +{LATENCY_MS} ms API latency, {label(SLOW)}", slow,
+                                  full.get(FULL[0], "case not run"), f"zero-latency full drain, {label(FULL)}", 0.8))
+    results["headline"] = headlines
+    series = {}
+    if dry:
+        series[f"dry-run drain (x {DRY_RUN[1]})"] = [[p, v] for p, v in sorted(dry.items())]
+    if full:
+        series[f"full drain (x {FULL[1]})"] = [[p, v] for p, v in sorted(full.items())]
+        series[f"bare requests client (x {FULL[1]} threads)"] = [[p, v] for p, v in sorted(bare.items())]
+    results["plots"] = [{"name": "outbox-drain-vs-processes", "title": "Drain throughput vs worker processes",
+                         "x_label": "processes", "y_label": "messages/s", "kind": "line", "series": series}] \
+        if series else []
+    results["tables"] = [{"title": f"Full drain latency, {label(FULL)} (ms)",
+                          "columns": ["what", "p50", "p90", "p99"],
+                          "rows": [["sending -> sent event (HTTP call + wait to be recorded)",
+                                    *(round(latency[f"pipeline_{q}_ms"], 1) for q in ("p50", "p90", "p99"))],
+                                   ["HTTP call alone",
+                                    *(round(latency[f"http_{q}_ms"], 1) for q in ("p50", "p90", "p99"))]]}] \
+        if latency else []
+    if bulk and bulk_python:
+        server_us = 1e6 / bulk - 1e6 / bulk_python
+        results["tables"].append({
+            "title": f"enqueue_many, chunk {chunk}: where the time goes (same run)",
+            "columns": ["part", "µs per message", "share"],
+            "rows": [["Python's own work: checks, the batch's JSON (measured alone)", round(1e6 / bulk_python, 1),
+                      round(bulk / bulk_python, 2)],
+                     ["Postgres: statements, round trips, commit (beyond what the pipeline overlaps)",
+                      round(server_us, 1), round(1 - bulk / bulk_python, 2)],
+                     ["total", round(1e6 / bulk, 1), 1.0]]})
+    write(args.json, "outbox", results, facts=facts)
     if PROBLEMS:
         raise SystemExit(f"{len(PROBLEMS)} check(s) failed: " + "; ".join(PROBLEMS))
 
-
-def headline(row: Row) -> dict[str, Any]:
-    """A row of the printed table as bench/report.py's headline row."""
-    numeric = isinstance(row.ref_value, (int, float))
-    return {"what": row.name, "unit": "messages/s", "value": row.value,
-            "reference": row.ref_value if numeric else None,
-            "reference_name": row.reference if numeric else f"{row.reference}: {row.ref_value}",
-            "ratio": row.value / row.ref_value if numeric else None,
-            "goal": row.goal() or None, "met": {"PASS": True, "FAIL": False}.get(row.result())}
 
 
 if __name__ == "__main__":

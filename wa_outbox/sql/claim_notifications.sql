@@ -41,7 +41,10 @@ WITH candidates AS (
                    IS DISTINCT FROM 'template'
                AND (ct.last_inbound_at IS NULL OR ct.last_inbound_at < now() - interval '24 hours') AS outside
     FROM candidates c
-    LEFT JOIN wa_outbox.contacts ct ON ct.phone_number_id = c.phone_number_id AND ct.wa_id = c.recipient
+    -- One primary-key probe per candidate (LIMIT 1 keeps the planner from turning this into a join that reads the
+    -- whole contacts table, one row per recipient ever paced: a claim must stay O(batch)).
+    LEFT JOIN LATERAL (SELECT k.pair_paused_until, k.pair_paced_until, k.last_inbound_at FROM wa_outbox.contacts k
+                       WHERE k.phone_number_id = c.phone_number_id AND k.wa_id = c.recipient LIMIT 1) ct ON true
 ), judged AS (
     SELECT s.*,
            NOT s.outside AND s.ordered AND EXISTS (

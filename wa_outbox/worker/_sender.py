@@ -11,6 +11,10 @@ sender is throttled or paused from this worker, or when the worker stops.
 Claiming only as many rows as there are free threads means every claimed row has its thread at once: the lease
 (counted from the slot) covers exactly the sends waiting or in flight.
 
+When sends end sooner than a claim returns (a fast API, a busy database), the producer lets the sends in flight
+end before claiming, so one statement fills all their slots: claiming each quarter of the slots on its own would
+cost one statement per quarter and leave the slots freed meanwhile idle while it runs (`gather_first`).
+
 A claim is never repeated blindly (its reply may be lost after its COMMIT). Instead the Sender tracks the ids it
 holds (claimed and handed to a send thread, until their outcome is recorded); after a claim fails, it gives back
 every row `sending` under its lease that it does not hold (release_unsent_claims.sql) before claiming again.
@@ -55,6 +59,18 @@ SLOT_LEAD = 0.05
 # after its slot had passed, a claim slower than SLOT_LEAD, goes at once: giving it back would only repeat that.)
 LATE_SEND_LIMIT = 0.010
 CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
+LATENCY_WEIGHT = 0.2        # weight of the newest claim or send in their moving averages of seconds taken
+
+
+def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, claim_seconds: float | None) -> bool:
+    """Whether to let the sends in flight end before the next claim: only while many are in flight (a drain, not
+    a trickle at a low rate, whose claims must stay on time) and sends take less time than a claim."""
+    return (in_flight >= min_claim and send_seconds is not None and claim_seconds is not None
+            and send_seconds < claim_seconds)
+
+
+def moving_average(average: float | None, seconds: float) -> float:
+    return seconds if average is None else average + LATENCY_WEIGHT * (seconds - average)
 
 
 def describe_outcome(entry: dict, attempt: int) -> str:
@@ -116,6 +132,8 @@ class Sender:
         self._releasing = False                 # stopping: rows still waiting for their slot go back unsent
         self._clock_offset = 0.0                # the database's clock minus ours (seconds)
         self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
+        self._send_seconds: float | None = None   # moving averages (gather_first)
+        self._claim_seconds: float | None = None
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         # A send thread whose slot has come must get the interpreter soon: by default another busy thread (a
         # response being parsed, the recorder) may hold it up to 5 ms, a third of the schedule's margin.
@@ -133,6 +151,9 @@ class Sender:
             in_flight = self.in_flight
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
+                if gather_first(in_flight, min_claim, self._send_seconds, self._claim_seconds):
+                    self._gather(stopping, self._send_seconds or 0.0)
+                    free = self.concurrency - self.in_flight
                 try:
                     if time.monotonic() - self._clock_checked >= CLOCK_CHECK_INTERVAL:
                         self.check_clock()
@@ -169,6 +190,17 @@ class Sender:
         self._clock_offset = clock_offset(samples, self._clock_offset)
         self._clock_checked = time.monotonic()
 
+    def _gather(self, stopping: threading.Event, seconds: float) -> None:
+        """Wait until no send is in flight, at most `seconds` (about one send's time)."""
+        deadline = time.monotonic() + seconds
+        while self.in_flight and not stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wake.clear()
+            if self.in_flight:
+                self.wake.wait(left)
+
     def _next_claim_in(self) -> float:
         """Seconds to wait after a claim that left threads free: until the next queued message is due and its
         sender's next free slot is half a horizon away (next_claim_in.sql), at most the poll interval: a claim then
@@ -189,9 +221,11 @@ class Sender:
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
     def _claim(self, limit: int) -> list[Claimed]:
+        started = time.monotonic()
         rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings)})
+        self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
         if rows and logs.events.isEnabledFor(logging.DEBUG):
@@ -274,6 +308,7 @@ class Sender:
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
         else:
             self.metrics.observe_send(result.elapsed_ms / 1000)
+            self._send_seconds = moving_average(self._send_seconds, result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
             self._halt(row.phone_number_id, decision.wait_seconds or 1.0)  # at once; again once the pause is in
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
