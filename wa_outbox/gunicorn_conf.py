@@ -18,7 +18,7 @@ except ConfigError as _exc:
 
 bind = os.environ.get("WA_OUTBOX_BIND") or f"0.0.0.0:{_settings.port}"
 workers = _settings.web_concurrency          # Heroku sets WEB_CONCURRENCY from the dyno size
-threads = _settings.web_threads              # gthread: keep-alive, and a request thread per pooled connection
+threads = _settings.web_threads              # gthread: keep-alive; webhook POSTs waiting on a commit share the next one
 worker_class = "gthread"
 timeout = 30
 graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after SIGTERM

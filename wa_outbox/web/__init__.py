@@ -14,7 +14,7 @@ from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
 
 from .. import db, logs, metrics
-from ..config import Settings
+from ..config import DEFAULT_WEB_POOL_SIZE, Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
 from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
@@ -30,7 +30,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     # autocommit: no BEGIN/COMMIT round trips, no isolation level switched per checkout.
     app.extensions["wa_outbox.engine"] = engine or create_engine(
         settings.database_url,
-        pool_size=settings.db_pool_size or settings.web_threads,  # one connection per request thread
+        pool_size=settings.db_pool_size or min(settings.web_threads, DEFAULT_WEB_POOL_SIZE),
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
     )
