@@ -7,6 +7,8 @@ import os
 import sys
 import tempfile
 
+from gunicorn.glogging import Logger
+
 from wa_outbox.config import ConfigError, Settings
 from wa_outbox.logs import choose_format
 
@@ -40,6 +42,18 @@ logconfig_dict = {
     "loggers": {"gunicorn.error": {"handlers": ["stdout"], "level": _settings.log_level, "propagate": False},
                 "gunicorn.access": {"handlers": [], "propagate": False}},
 }
+
+
+class AccessLogOnlyWhenAsked(Logger):
+    """gunicorn's logger, minus the access line it builds for every request (and drops: no handler) whenever
+    logconfig_dict is set, as above, even with accesslog = None — a few percent of a webhook POST's CPU."""
+
+    def access(self, resp, req, environ, request_time):
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)
+
+
+logger_class = AccessLogOnlyWhenAsked
 
 # Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode).
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-outbox-metrics-"))
