@@ -20,6 +20,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -110,9 +111,14 @@ def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: su
     wrk = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s",
                             str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
                            env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.PIPE, text=True)
-    cpu_before = _cpu_by_process(server.pid, wrk.pid) if server else None
+    cpu_before = _cpu_by_process(server.pid) if server else None
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out, _ = wrk.communicate()
-    cpu_after = _cpu_by_process(server.pid, wrk.pid, final=cpu_before) if server else None
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # wrk: the only child that ended meanwhile
+    cpu_after = _cpu_by_process(server.pid, final=cpu_before) if server else None
+    if cpu_after is not None:
+        cpu_after["wrk"] = (children_after.ru_utime + children_after.ru_stime - children_before.ru_utime
+                            - children_before.ru_stime)
     if wrk.returncode:
         raise SystemExit(f"wrk failed: {out}")
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -130,11 +136,11 @@ def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: su
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _cpu_by_process(master: int, wrk: int, final: dict | None = None) -> dict[str, float]:
-    """CPU seconds used so far by gunicorn's workers, the bench database's Postgres backends (every backend whose
-    command line names the database: WAL writing in other processes is not counted) and wrk; with `final`, the
-    difference since that earlier reading (a process that ended in between is lost: none does)."""
-    used = {"gunicorn workers": 0.0, "postgres backends": 0.0, "wrk": 0.0}
+def _cpu_by_process(master: int, final: dict | None = None) -> dict[str, float]:
+    """CPU seconds used so far by gunicorn's workers and the bench database's Postgres backends (every backend whose
+    command line names the database: WAL writing in other processes is not counted); with `final`, the difference
+    since that earlier reading (a process that ended in between is lost: none does)."""
+    used = {"gunicorn workers": 0.0, "postgres backends": 0.0}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -148,8 +154,6 @@ def _cpu_by_process(master: int, wrk: int, final: dict | None = None) -> dict[st
         parent, ticks = int(fields[1]), int(fields[11]) + int(fields[12])
         if parent == master:
             used["gunicorn workers"] += ticks / _TICK
-        elif int(pid) == wrk:
-            used["wrk"] += ticks / _TICK
         elif command.startswith("postgres:") and _BENCH_DATABASE and f" {_BENCH_DATABASE} " in command:
             used["postgres backends"] += ticks / _TICK
     if final is None:
@@ -172,7 +176,7 @@ def profile(master: subprocess.Popen, port: int, bodies: Path, seconds: int, con
                             env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.DEVNULL)
     time.sleep(1)
     subprocess.run([py_spy, "record", "--pid", str(master.pid), "--subprocesses", "--gil", "--nonblocking",
-                    "--format", "raw", "--rate", "200", "--duration", str(seconds), "--output", str(raw)],
+                    "--format", "raw", "--nolineno", "--rate", "200", "--duration", str(seconds), "--output", str(raw)],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     load.wait()
     samples: dict[str, int] = {}
@@ -184,7 +188,8 @@ def profile(master: subprocess.Popen, port: int, bodies: Path, seconds: int, con
     return {name: round(100 * samples.get(name, 0) / total, 1) for name, _ in (*PROFILE_STEPS, ("other", ()))}
 
 
-# A stack belongs to the first step it passes through (py-spy's frames read "function (file)").
+# A stack belongs to the first step it passes through (py-spy's frames read "[Class.]function (file)"; every
+# request enters through Flask.__call__, which calls the fast path: Flask's own cycle is Flask.wsgi_app).
 PROFILE_STEPS = (
     ("signature (HMAC-SHA256 of the body)", ("verify_signature (wa_outbox/webhooks.py)",)),
     ("JSON parse", ("_parse (wa_outbox/webhooks.py)",)),
@@ -194,7 +199,7 @@ PROFILE_STEPS = (
     ("INSERT: pool checkout, psycopg, wait", ("fetch (wa_outbox/db.py)",)),
     ("metrics (prometheus_client)", ("prometheus_client", "prometheus_flask_exporter")),
     ("group commit (queueing, handing over)", ("wa_outbox/webhook_store.py",)),
-    ("Flask request cycle", ("flask/app.py",)),
+    ("Flask request cycle (not taken by stored POSTs)", ("Flask.wsgi_app (flask/app.py)",)),
     ("fast path: read body, answer", ("wa_outbox/web/webhook_views.py",)),
     ("gunicorn: accept, parse HTTP, write, keep-alive", ("gunicorn/",)),
 )
