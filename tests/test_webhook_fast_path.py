@@ -143,3 +143,13 @@ def test_what_orjson_does_not_write_is_stored_as_json_writes_it(client, db):
     stored = db.execute("SELECT payload #>> '{value,messages,0,big}' FROM wa_outbox.webhook_events "
                         "WHERE dedup_key = 'm:wamid.BIG'").fetchone()[0]
     assert stored == "123456789012345678901234567890"
+
+
+def test_an_unforeseen_error_before_storing_is_the_views_json_500_not_a_bare_one(client, db, monkeypatch,
+                                                                                  flask_requests):
+    def broken(body):
+        raise RuntimeError("a bug for the test")
+    monkeypatch.setattr("wa_outbox.web.webhook_views.events_of_body", broken)
+    r = post_webhook(client, envelope(messages=[text_message("wamid.BUG")]))
+    assert r.status_code == 500 and r.json == {"error": {"status": 500, "message": "internal error"}}
+    assert flask_requests == [1] and count(db) == 0
