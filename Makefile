@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install bench-webhooks bench-outbox clean
+.PHONY: run test install install-bench bench bench-quick bench-webhooks bench-outbox clean
 
 $(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
@@ -13,6 +13,22 @@ $(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@touch $@
 
 install: $(BIN)/.installed
+
+# The benchmarks' own needs: matplotlib for bench/report.py's plots, the reference queues of bench/outbox.py.
+$(BIN)/.installed-bench: $(BIN)/.installed bench/requirements-peers.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]' -r bench/requirements-peers.txt
+	@touch $@
+
+install-bench: $(BIN)/.installed-bench
+
+# Every benchmark at its published size, then bench/report.py (docs/results/, docs/benchmarks.md, docs/img/, the
+# README's headline table). BENCH_LOCK=path: hold an exclusive flock on path during each benchmark.
+bench: install-bench
+	$(BIN)/python bench/run_all.py $(if $(BENCH_LOCK),--lock $(BENCH_LOCK))
+
+# The same at small sizes into build/bench-quick/: does each one start and finish? (Never published.)
+bench-quick: install-bench
+	$(BIN)/python bench/run_all.py --quick $(if $(BENCH_LOCK),--lock $(BENCH_LOCK))
 
 run: install
 	$(BIN)/wa-outbox dev

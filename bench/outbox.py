@@ -1,6 +1,6 @@
 """Outbox benchmark: wa-outbox's enqueue and send pipeline, each figure beside a reference measured in the same run.
 
-    .venv/bin/python bench/outbox.py [--n 20000] [--quick] [--skip-peers]
+    .venv/bin/python bench/outbox.py [--n 20000] [--quick] [--skip-peers] [--enqueue-only] [--json PATH]
     .venv/bin/pip install -r bench/requirements-peers.txt   # the pgqueuer and procrastinate references
 
 On real Postgres (DATABASE_URL, else the embedded one), each system in a scratch database of its own (created and
@@ -44,7 +44,9 @@ from requests.adapters import HTTPAdapter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import _results  # noqa: E402
 from wa_outbox import enqueue, enqueue_many, migrate  # noqa: E402
+from wa_outbox.enqueue import batch_json  # noqa: E402
 from wa_outbox.config import Settings, normalize_database_url  # noqa: E402
 from wa_outbox.db import embedded_database_url  # noqa: E402
 from wa_outbox.worker import Worker  # noqa: E402
@@ -235,6 +237,14 @@ def wa_bulk(url: str, items: list[dict], chunk: int) -> float:
         return rate(len(items), started)
 
 
+def wa_bulk_python(items: list[dict], chunk: int) -> float:
+    """enqueue_many's own work in Python alone (checks, the batch's JSON), in messages/s: where the time goes."""
+    started = time.perf_counter()
+    for start in range(0, len(items), chunk):
+        batch_json(items[start:start + chunk])
+    return rate(len(items), started)
+
+
 def wa_fill(url: str, items: list[dict]) -> None:
     wa_bulk(url, items, max(CHUNKS))
     analyze(url)
@@ -329,7 +339,7 @@ def bare_client(base_url: str, bodies: list[bytes], setup: tuple[int, int], seco
 # --- peers -------------------------------------------------------------------------------------------------------
 
 
-async def pgqueuer_bench(url: str, items: list[dict]) -> dict[str, float]:
+async def pgqueuer_bench(url: str, items: list[dict], drain: bool = True) -> dict[str, float]:
     import asyncpg
     from pgqueuer import PgQueuer, Queries
     from pgqueuer.db import AsyncpgDriver
@@ -353,6 +363,9 @@ async def pgqueuer_bench(url: str, items: list[dict]) -> dict[str, float]:
         await queries.enqueue("send", payload)
     results = {"single": rate(len(payloads), started)}
     results["batch"], results["chunk"] = max([(await batch(chunk), chunk) for chunk in CHUNKS])
+    if not drain:
+        await conn.close()
+        return results
     await batch(max(CHUNKS))
     await conn.execute("ANALYZE")
 
@@ -370,7 +383,7 @@ async def pgqueuer_bench(url: str, items: list[dict]) -> dict[str, float]:
     return results
 
 
-async def procrastinate_bench(url: str, items: list[dict]) -> dict[str, float]:
+async def procrastinate_bench(url: str, items: list[dict], drain: bool = True) -> dict[str, float]:
     import procrastinate
 
     # Its warning about an App defined in __main__ concerns workers started by module path, not this in-process one.
@@ -396,6 +409,8 @@ async def procrastinate_bench(url: str, items: list[dict]) -> dict[str, float]:
             await send.defer_async(**item)
         results = {"single": rate(len(items), started)}
         results["batch"], results["chunk"] = max([(await batch(chunk), chunk) for chunk in CHUNKS])
+        if not drain:
+            return results
         await batch(max(CHUNKS))
         await app.connector.execute_query_async("ANALYZE")
         started = time.perf_counter()
@@ -416,12 +431,13 @@ def run_async(coroutine: Any) -> Any:
     return uvloop.run(coroutine)
 
 
-def run_peer(name: str, bench: Callable, server: str, items: list[dict]) -> dict[str, Any]:
+def run_peer(name: str, bench: Callable, server: str, items: list[dict], drain: bool = True) -> dict[str, Any]:
     """The peer's figures, or {"error": reason}."""
-    print(f"{name}: enqueue single, batch ({', '.join(map(str, CHUNKS))}), no-op drain ...", flush=True)
+    print(f"{name}: enqueue single, batch ({', '.join(map(str, CHUNKS))}){', no-op drain' if drain else ''} ...",
+          flush=True)
     try:
         with scratch_database(server, name) as url:
-            return run_async(bench(url, items))
+            return run_async(bench(url, items, drain))
     except ImportError:
         print(f"{name} is not installed: {PEERS_HINT} (its reference rows are skipped)")
         return {"error": "not installed"}
@@ -456,24 +472,29 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000, help="messages per case (default 20000)")
     parser.add_argument("--quick", action="store_true", help="N=5000, for a fast check")
     parser.add_argument("--skip-peers", action="store_true", help="skip the pgqueuer and procrastinate references")
+    parser.add_argument("--enqueue-only", action="store_true", help="only the enqueue cases (theirs and the peers')")
+    _results.add_json_argument(parser)
     args = parser.parse_args()
     n = 5000 if args.quick else args.n
+    drain = not args.enqueue_only
 
     server = server_url()
     facts = machine_facts(server)
     print(facts, flush=True)
     items = make_items(n)
     bodies = [graph_body(item, str(i)) for i, item in enumerate(items, 1)]
-    sim = Simulator()
+    sim = Simulator() if drain else None
+    drains: dict[str, float] = {}
+    bare: dict[tuple[int, int], float] = {}
     try:
         with scratch_database(server, "wa") as url:
             wa_setup(url)
             print(f"wa-outbox: enqueue single, bulk ({', '.join(map(str, CHUNKS))}) ...", flush=True)
             single = wa_single(url, items)
             bulk, chunk = max((wa_bulk(url, items, chunk), chunk) for chunk in CHUNKS)
-            drains = {}
+            bulk_python = wa_bulk_python(items, chunk)
             for name, setup, latency in (("dry", DRY_RUN, None), ("full_one", FULL_ONE, 0), ("full", FULL, 0),
-                                         ("slow", SLOW, LATENCY_MS)):
+                                         ("slow", SLOW, LATENCY_MS)) if drain else ():
                 print(f"wa-outbox: {'dry-run' if latency is None else f'+{latency} ms'} drain, {label(setup)} ...",
                       flush=True)
                 wa_fill(url, items)
@@ -483,38 +504,70 @@ def main() -> None:
                 sim.reset(latency)
                 drains[name] = wa_drain(url, n, setup, api_base_url=sim.base_url)
                 sim.check_accepted(n)
-            bare = {}
-            for setup in (FULL_ONE, FULL):
+            for setup in (FULL_ONE, FULL) if drain else ():
                 print(f"bare client: {label(setup)} threads, {BARE_SECONDS:g} s or {n} requests ...", flush=True)
                 sim.reset()
                 bare[setup] = bare_client(sim.base_url, bodies, setup, BARE_SECONDS)
     finally:
-        sim.stop()
+        if sim is not None:
+            sim.stop()
 
     skipped = {"error": "--skip-peers"}
-    pgq = skipped if args.skip_peers else run_peer("pgqueuer", pgqueuer_bench, server, items)
-    pro = skipped if args.skip_peers else run_peer("procrastinate", procrastinate_bench, server, items)
+    pgq = skipped if args.skip_peers else run_peer("pgqueuer", pgqueuer_bench, server, items, drain)
+    pro = skipped if args.skip_peers else run_peer("procrastinate", procrastinate_bench, server, items, drain)
     print(f"\n{facts}\nN = {n} per case; rates in messages, jobs or requests per second; worker setups are "
           f"processes x worker_concurrency\n")
-    print_table([
+    rows = [
         Row("enqueue, single (1 transaction each)", single, "pgqueuer enqueue, single", peer(pgq, "single"),
             share=1),
         Row("", None, "procrastinate defer, single", peer(pro, "single")),
         Row(f"enqueue_many, chunk {chunk}", bulk, f"pgqueuer enqueue, batch{chunk_of(pgq)}", peer(pgq, "batch"),
-            floor=50_000),
+            floor=60_000),
         Row("", None, f"procrastinate batch_defer{chunk_of(pro)}", peer(pro, "batch")),
-        Row(f"dry-run drain, {label(DRY_RUN)}", drains["dry"],
-            f"pgqueuer no-op drain, {PGQ_CONSUMERS} x batch {PGQ_BATCH}", peer(pgq, "drain"), share=1),
-        Row("", None, f"procrastinate no-op drain, concurrency {PROCRASTINATE_CONCURRENCY}", peer(pro, "drain")),
-        Row(f"full drain, {label(FULL_ONE)}", drains["full_one"], f"bare client, {label(FULL_ONE)} threads",
-            bare[FULL_ONE], share=0.8),
-        Row(f"full drain, {label(FULL)}", drains["full"], f"bare client, {label(FULL)} threads", bare[FULL],
-            share=0.8),
-        Row(f"+{LATENCY_MS} ms latency drain, {label(SLOW)}", drains["slow"], f"full drain, {label(FULL)}",
-            drains["full"], share=0.8),
-    ])
+    ]
+    if drain:
+        rows += [
+            Row(f"dry-run drain, {label(DRY_RUN)}", drains["dry"],
+                f"pgqueuer no-op drain, {PGQ_CONSUMERS} x batch {PGQ_BATCH}", peer(pgq, "drain"), share=1),
+            Row("", None, f"procrastinate no-op drain, concurrency {PROCRASTINATE_CONCURRENCY}", peer(pro, "drain")),
+            Row(f"full drain, {label(FULL_ONE)}", drains["full_one"], f"bare client, {label(FULL_ONE)} threads",
+                bare[FULL_ONE], share=0.8),
+            Row(f"full drain, {label(FULL)}", drains["full"], f"bare client, {label(FULL)} threads", bare[FULL],
+                share=0.8),
+            Row(f"+{LATENCY_MS} ms latency drain, {label(SLOW)}", drains["slow"], f"full drain, {label(FULL)}",
+                drains["full"], share=0.8),
+        ]
+    print_table(rows)
+    server_us = 1e6 / bulk - 1e6 / bulk_python
+    print(f"\nenqueue_many, chunk {chunk}, where the time goes: {1e6 / bulk:.1f} µs per message; Python's own work "
+          f"(checks, the batch's JSON) alone takes {1e6 / bulk_python:.1f} µs; the other {server_us:.1f} µs are "
+          f"Postgres's (the statements, round trips, commit) beyond what the pipeline overlaps with Python's")
+    _results.write(args.json, "outbox", {
+        "n": n, "enqueue_single": single, "enqueue_many": bulk, "enqueue_many_chunk": chunk,
+        "enqueue_many_python_only": bulk_python, "drains": drains,
+        "bare_client": {label(setup): value for setup, value in bare.items()},
+        "pgqueuer": pgq, "procrastinate": pro,
+        "headline": [headline(row) for row in rows if row.value is not None],
+        "tables": [{"title": f"enqueue_many, chunk {chunk}: where the time goes (same run)",
+                    "columns": ["part", "µs per message", "share"],
+                    "rows": [["Python's own work: checks, the batch's JSON (measured alone)",
+                              round(1e6 / bulk_python, 1), round(bulk / bulk_python, 2)],
+                             ["Postgres: statements, round trips, commit (beyond what the pipeline overlaps)",
+                              round(server_us, 1), round(1 - bulk / bulk_python, 2)],
+                             ["total", round(1e6 / bulk, 1), 1.0]]}],
+    }, facts=facts)
     if PROBLEMS:
         raise SystemExit(f"{len(PROBLEMS)} check(s) failed: " + "; ".join(PROBLEMS))
+
+
+def headline(row: Row) -> dict[str, Any]:
+    """A row of the printed table as bench/report.py's headline row."""
+    numeric = isinstance(row.ref_value, (int, float))
+    return {"what": row.name, "unit": "messages/s", "value": row.value,
+            "reference": row.ref_value if numeric else None,
+            "reference_name": row.reference if numeric else f"{row.reference}: {row.ref_value}",
+            "ratio": row.value / row.ref_value if numeric else None,
+            "goal": row.goal() or None, "met": {"PASS": True, "FAIL": False}.get(row.result())}
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Pacing benchmark: the rate a sender actually reaches, against the rate configured, over a long run.
 
-    .venv/bin/python bench/pacing.py [--mps 20] [--seconds 120] [--workers 4] [--enforce]
+    .venv/bin/python bench/pacing.py [--mps 20] [--seconds 120] [--workers 4] [--enforce] [--json PATH]
 
-On real Postgres (DATABASE_URL, else the embedded one) in a scratch database (created and dropped): N = mps x seconds
-messages queued for one sender, then WORKERS worker processes (`python worker.py`, production defaults but the
-rate: WA_OUTBOX_RATE_LIMIT_MPS = --mps, the default pacing) drain them into the Graph API simulator (a process of its
-own). The simulator's record of accepted sends (their arrival times) gives:
+On real Postgres (DATABASE_URL, else the embedded one) in a scratch database (created and dropped): WORKERS worker
+processes (`python worker.py`, production defaults but the rate: WA_OUTBOX_RATE_LIMIT_MPS = --mps, the default
+pacing) start; once they run, N = mps x seconds messages are queued for one sender, and they drain them into the
+Graph API simulator (a process of its own). The simulator's record of accepted sends (their arrival times) gives:
 - the achieved rate (first to last arrival) beside the configured one, and its ratio;
 - the most sends in any one-second window (sliding, as Meta counts) and per calendar second (max and mean over the
-  whole seconds of the run), beside the configured rate.
+  whole seconds of the run), beside the configured rate;
+- the delay from each send's slot (the time its claim reserved for it) to its arrival at the simulator: the jitter
+  the schedule's margin must absorb (20/R - 1 s for mps + 1 consecutive slots at R = 0.985 mps: 15 ms), and, for
+  comparison, the delay from the claim itself.
 By default the simulator enforces no limit, so the windows show what the workers really did; with --enforce it
 answers 130429 beyond --mps (as Meta does), and the run reports how many sends it refused.
 """
@@ -30,6 +33,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._results import add_json_argument, write  # noqa: E402
 from bench.outbox import SENDER, TOKEN, Simulator, machine_facts, scratch_database, server_url, wa_setup  # noqa: E402
 from wa_outbox import enqueue_many  # noqa: E402
 
@@ -57,25 +61,35 @@ def start_worker(url: str, api_base_url: str, mps: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
 
 
-def run(mps: float, seconds: float, workers: int, enforce: bool) -> int:
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+
+
+def run(mps: float, seconds: float, workers: int, enforce: bool, json_path: Path | None = None) -> int:
     n = int(mps * seconds)
     server = server_url()
-    print(f"# pacing: {n} messages at a configured {mps:g}/s, {workers} worker processes; {machine_facts(server)}",
-          flush=True)
+    facts = machine_facts(server)
+    print(f"# pacing: {n} messages at a configured {mps:g}/s, {workers} worker processes; {facts}", flush=True)
     sim = Simulator()
     try:
         sim.reset()
         requests.put(f"{sim.url}/_admin/config", json={"mps": mps if enforce else None}, timeout=10).raise_for_status()
         with scratch_database(server, "pacing") as url:
             wa_setup(url)
-            with psycopg.connect(url) as conn:
-                for start in range(0, n, 2000):
-                    enqueue_many(conn, [{"to": f"+55119{i:08d}", "message": {"type": "text", "text": {"body": "x"}}}
-                                        for i in range(start, min(n, start + 2000))])
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("ANALYZE")
             procs = [start_worker(url, sim.base_url, mps) for _ in range(workers)]
             try:
+                # Running workers, then the messages: a drain by a running fleet, not the fleet's start-up.
+                with psycopg.connect(url, autocommit=True) as conn:
+                    while conn.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] < workers:
+                        time.sleep(0.2)
+                with psycopg.connect(url) as conn:
+                    for start in range(0, n, 2000):
+                        enqueue_many(conn, [{"to": f"+55119{i:08d}",
+                                             "message": {"type": "text", "text": {"body": "x"}}}
+                                            for i in range(start, min(n, start + 2000))])
+                        conn.commit()
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("ANALYZE")
                 deadline = time.monotonic() + seconds * 3 + 60
                 with psycopg.connect(url, autocommit=True) as conn:
                     while conn.execute("SELECT count(*) FROM wa_outbox.notifications "
@@ -89,10 +103,14 @@ def run(mps: float, seconds: float, workers: int, enforce: bool) -> int:
                     p.terminate()
                 for p in procs:
                     p.wait(30)
-            with psycopg.connect(url, autocommit=True) as conn:  # when each send was granted (its claim)
-                granted = dict(conn.execute("SELECT notification_id::text, extract(epoch FROM max(created_at)) "
-                                            "FROM wa_outbox.notification_events WHERE event = 'sending' "
-                                            "GROUP BY 1").fetchall())
+            with psycopg.connect(url, autocommit=True) as conn:  # when each send was claimed, and its slot
+                claims = {r[0]: (float(r[1]), r[2]) for r in conn.execute(
+                    "SELECT DISTINCT ON (notification_id) notification_id::text, extract(epoch FROM created_at), "
+                    "(detail->>'send_at')::float8 FROM wa_outbox.notification_events WHERE event = 'sending' "
+                    "ORDER BY notification_id, created_at DESC").fetchall()}
+                # sends a starved worker woke too late for and gave back (their slot went unused)
+                late = conn.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'released' "
+                                    "AND detail->>'reason' LIKE 'woke%%'").fetchone()[0]
                 grants = sorted(r[0] for r in conn.execute(
                     "SELECT extract(epoch FROM created_at)::float8 FROM wa_outbox.notification_events "
                     "WHERE event = 'sending'").fetchall())
@@ -105,23 +123,78 @@ def run(mps: float, seconds: float, workers: int, enforce: bool) -> int:
     seconds_counts = per_second(times)
     widest = window_max(times)
     refused = stats["outcomes"].get("error_130429", 0)
-    delays = sorted(m["received_at"] - float(granted[m["biz_opaque_callback_data"]]) for m in messages
-                    if m["biz_opaque_callback_data"] in granted)
+    sent = [(m["received_at"], claims[m["biz_opaque_callback_data"]]) for m in messages
+            if m["biz_opaque_callback_data"] in claims]
+    from_claim = sorted(arrival - claimed for arrival, (claimed, _) in sent)
+    from_slot = sorted(arrival - slot for arrival, (_, slot) in sent if slot is not None)
     over = sum(1 for i, t in enumerate(times) if i + 1 - bisect.bisect_right(times, t - 1.0, 0, i + 1) > mps)
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
     print(f"configured rate         {mps:g} messages/s")
     print(f"achieved rate           {achieved:.2f} messages/s ({achieved / mps:.1%} of the configured rate), "
           f"{len(times)} sends over {times[-1] - times[0]:.1f} s")
     print(f"any one-second window   at most {widest} sends (configured {mps:g}); {over} sends closed a window "
           f"over it")
-    print(f"claims, any second      at most {window_max(grants)} sends granted (the claims' `sending` events)")
-    print(f"grant to arrival        p50 {delays[len(delays) // 2] * 1000:.1f} ms, "
-          f"p99 {delays[int(len(delays) * 0.99)] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms (claim to the "
-          f"simulator: the jitter the bucket's margin absorbs)")
+    print(f"claims, any second      at most {window_max(grants)} sends claimed (the claims' `sending` events; "
+          f"they reserve slots up to half a second ahead)")
+    jitter = {q: percentile(from_slot, v) * 1000 for q, v in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))} \
+        if from_slot else {}
+    if from_slot:
+        jitter["max"] = from_slot[-1] * 1000
+        jitter["spread_p99"] = (percentile(from_slot, 0.99) - percentile(from_slot, 0.01)) * 1000
+        print(f"slot to arrival         p50 {jitter['p50']:.1f} ms, p99 {jitter['p99']:.1f} ms, "
+              f"p99.9 {jitter['p999']:.1f} ms, max {jitter['max']:.1f} ms; p1-p99 spread {jitter['spread_p99']:.1f} "
+              f"ms (what the schedule's 15 ms margin absorbs)")
+    print(f"claim to arrival        p50 {percentile(from_claim, 0.5) * 1000:.1f} ms, "
+          f"p99 {percentile(from_claim, 0.99) * 1000:.1f} ms, max {from_claim[-1] * 1000:.1f} ms (includes the wait "
+          f"for the slot)")
+    print(f"given back late         {late} (woke more than 10 ms after their slot: sent later, in a new slot)")
+    print(f"arrival gaps            min {gaps[0] * 1000:.1f} ms, p1 {percentile(gaps, 0.01) * 1000:.1f} ms "
+          f"(slot spacing {1000 / (mps * 0.985):.1f} ms)")
     print(f"per calendar second     max {max(seconds_counts)}, mean {sum(seconds_counts) / len(seconds_counts):.2f} "
           f"over {len(seconds_counts)} whole seconds (configured {mps:g})")
     if enforce:
         print(f"refused with 130429     {refused}")
     ok = len(times) == n and widest <= mps and refused == 0
+    ratio = achieved / mps
+    first_second = int(times[0]) + 1
+    window_by_second = Counter()  # the most sends in a sliding second that ends within each calendar second
+    for i, t in enumerate(times):
+        inside = i + 1 - bisect.bisect_right(times, t - 1.0, 0, i + 1)
+        window_by_second[int(t)] = max(window_by_second[int(t)], inside)
+    seconds_axis = range(first_second, first_second + len(seconds_counts))
+    write(json_path, "pacing", {
+        "configured_mps": mps, "workers": workers, "messages": n, "sent": len(times), "enforced": enforce,
+        "achieved_mps": achieved, "ratio": ratio, "max_sliding_second": widest, "sends_closing_a_window_over": over,
+        "max_calendar_second": max(seconds_counts),
+        "mean_calendar_second": sum(seconds_counts) / len(seconds_counts), "refused_130429": refused,
+        "given_back_late": late,
+        "max_claimed_in_a_second": window_max(grants),
+        "slot_to_arrival_ms": jitter,
+        "claim_to_arrival_ms": {"p50": percentile(from_claim, 0.5) * 1000, "p99": percentile(from_claim, 0.99) * 1000,
+                                "max": from_claim[-1] * 1000},
+        "min_arrival_gap_ms": gaps[0] * 1000, "slot_spacing_ms": 1000 / (mps * 0.985),
+        "headline": [
+            {"what": f"pacing: achieved rate, {workers} workers on a {mps:g}/s sender, {times[-1] - times[0]:.0f} s",
+             "unit": "messages/s", "value": round(achieved, 2), "reference": mps,
+             "reference_name": "configured rate", "ratio": round(ratio, 4),
+             "goal": ">= 0.98, never above in any second",
+             "met": ratio >= 0.98 and widest <= mps and max(seconds_counts) <= mps},
+            {"what": f"pacing: most sends in any sliding second ({mps:g}/s)", "unit": "sends",
+             "value": widest, "reference": mps, "reference_name": "configured rate",
+             "ratio": round(widest / mps, 4), "goal": "<= the configured rate", "met": widest <= mps},
+        ],
+        "tables": [{"title": f"Pacing at {mps:g}/s: send slot to arrival at the simulator (jitter)",
+                    "columns": ["p50 ms", "p99 ms", "p99.9 ms", "max ms", "margin ms"],
+                    "rows": [[round(jitter.get(k, float("nan")), 1) for k in ("p50", "p99", "p999", "max")]
+                             + [round((mps / (mps * 0.985) - 1) * 1000, 1)]]}],
+        "plots": [{"name": f"pacing-{mps:g}", "title": f"Sends per second against the limit ({workers} workers, "
+                                                      f"{mps:g}/s)",
+                   "x_label": "second of the run", "y_label": "sends", "kind": "line",
+                   "series": {"sends per calendar second": [[i, c] for i, c in enumerate(seconds_counts)],
+                              "most in a sliding second ending in it": [
+                                  [i, window_by_second.get(sec, 0)] for i, sec in enumerate(seconds_axis)],
+                              "limit": [[0, mps], [len(seconds_counts) - 1, mps]]}}],
+    }, facts=facts)
     print("OK" if ok else "CHECK FAILED: " + ", ".join(
         p for p, bad in ((f"{len(times)} of {n} sent", len(times) != n), (f"a window held {widest}", widest > mps),
                          (f"{refused} refused", refused > 0)) if bad))
@@ -134,8 +207,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="length of the run at the configured rate")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--enforce", action="store_true", help="the simulator answers 130429 beyond --mps")
+    add_json_argument(parser)
     args = parser.parse_args()
-    sys.exit(run(args.mps, args.seconds, args.workers, args.enforce))
+    sys.exit(run(args.mps, args.seconds, args.workers, args.enforce, args.json))
 
 
 if __name__ == "__main__":

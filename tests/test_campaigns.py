@@ -67,6 +67,49 @@ def test_an_invalid_row_is_listed_with_its_line_and_nothing_is_written(run, db, 
     assert count(db, "SELECT count(*) FROM wa_outbox.campaigns") == 0
 
 
+ODD = ['Ana', 'quote " x', "back\\slash", "é ✓ 😀", "\u2028", "tab\tx", "new\nline", "</script>", "{0} }{",
+       '"http://\\u0000', "x" * 70_000, "", "a\x00b"]
+
+
+@pytest.mark.parametrize("template", ["promo", 'pro"mo {1} ✓'])
+def test_template_rows_are_read_without_building_messages_with_the_same_results(template):
+    """read_csv() puts each template row's JSON together from pieces; it must be, row for row, the item, key and
+    verdict that building the message and checking it (build_message, check_request, campaign_key) give."""
+    import csv
+    import io
+
+    from wa_outbox.messages import InvalidMessage, check_request
+    header = ["to", "header.1", "header.image", "body.1", "body.2"]
+    rows = [[f"+55 11 9{i:08d}", ODD[i % len(ODD)], "https://x.test/" + ODD[i // 3 % len(ODD)],
+             ODD[i // 5 % len(ODD)], ODD[i // 7 % len(ODD)]] for i in range(len(ODD) * 35)]
+    rows += [["12", "a", "https://x", "b", "c"], ["+5511987654321", "a", "ftp://x", "b", "c"], rows[0]]
+    text = io.StringIO()
+    csv.writer(text).writerows([header] + rows)
+    name = 'spring "é" {0}'
+    read = campaigns.read_csv(io.StringIO(text.getvalue(), newline=""), name=name, template=template, lang="pt_BR")
+
+    plan = campaigns._plan(header, template, "pt_BR")
+    assert campaigns._TemplateRows(plan, name, template, "pt_BR").usable  # the path under test
+    items, problems, keys = [], [], set()
+    for cells in rows:
+        try:
+            message = campaigns.build_message(plan, cells, template, "pt_BR")
+            if any("\x00" in cell for cell in cells):
+                raise InvalidMessage("the row contains a NUL character (\\u0000), which Postgres cannot store")
+            recipient = check_request(to=cells[0], message=message).recipient
+        except InvalidMessage as exc:
+            problems.append(str(exc))
+            continue
+        key = campaigns.campaign_key(name, recipient, message)
+        if key not in keys:
+            keys.add(key)
+            items.append({"to": recipient, "message": message, "idempotency_key": key})
+    assert len(items) > 100 and {p.split(" ")[0] for p in problems} >= {"message", "header.1", "body.1", "the",
+                                                                         "invalid", "header.image"}
+    assert [json.loads(item) for item in read.items] == items
+    assert [p.reason for p in read.problems] == problems and read.duplicates == 1 and read.rows == len(rows)
+
+
 def test_skip_invalid_imports_the_valid_rows_and_lists_the_rest(run, db, sender, tmp_path):
     path = write_csv(tmp_path, GOOD_AND_BAD)
     r = run("campaign", "import", path, "--name", "spring", "--template", "promo", "--lang", "pt_BR",

@@ -85,8 +85,8 @@ def test_ratelimit_set_and_show(run, db):
 def test_prune_keeps_recent_and_unfinished_messages(run, db):
     old = int(run("send", "--to", "+5511987654321", "--text", "old").output.split("\t")[0])
     int(run("send", "--to", "+5511987654322", "--text", "new").output.split("\t")[0])
-    db.execute("UPDATE wa_outbox.notifications SET status = 'read', updated_at = now() - interval '40 days' "
-               "WHERE id = %s", (old,))
+    db.execute("UPDATE wa_outbox.notifications SET status = 'read', created_at = now() - interval '41 days', "
+               "updated_at = now() - interval '40 days' WHERE id = %s", (old,))
     r = run("prune", "--days", "30")
     assert r.exit_code == 0 and "pruned 1 messages" in r.output
     assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1

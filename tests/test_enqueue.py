@@ -134,3 +134,64 @@ def test_enqueue_many_is_all_or_nothing(app_engine, db, sender):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="item 2 : unknown message type"):
         db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,))
     assert count(db) == 0
+
+
+def test_enqueue_many_sends_each_field_exactly_as_given(app_engine, db, sender):
+    """enqueue_many() assembles the batch's JSON from each message's checked text: quotes, backslashes, non-ASCII
+    and emoji in messages, keys and correlation ids arrive as given."""
+    from wa_outbox import enqueue_many
+    odd = 'quote " backslash \\ tab \t é ✓ 😀 \u2028 </script>'
+    items = [
+        {"to": "+55 (11) 98765-4321", "message": {"type": "text", "text": {"body": odd}, "biz_opaque_callback_data": odd},
+         "idempotency_key": "key " + odd, "correlation_id": "corr " + odd, "phone_number_id": "100000000000002"},
+        {"to": "+5511987654322", "message": {"interactive": {"type": "button", "body": {"text": odd}}, "n": 1.5}},
+    ]
+    with app_engine.begin() as conn:
+        ids = enqueue_many(conn, items)
+    stored = {r[0]: r[1:] for r in db.execute(
+        "SELECT id, recipient, message, idempotency_key, correlation_id, phone_number_id "
+        "FROM wa_outbox.notifications").fetchall()}
+    assert stored[ids[0]] == ("5511987654321", items[0]["message"], "key " + odd, "corr " + odd, "100000000000002")
+    assert stored[ids[1]] == ("5511987654322", items[1]["message"], None, None, "100000000000001")
+
+
+def test_a_large_enqueue_many_is_pipelined_and_stays_in_the_callers_transaction(app_engine, database_url, db,
+                                                                                 sender):
+    """More than PIPELINE_ITEMS items go as several statements in one pipeline: ids still come back in order (a key
+    repeated across parts resolves to one row), and the batch is still part of the caller's transaction."""
+    from wa_outbox import enqueue_many
+    from wa_outbox.enqueue import PIPELINE_ITEMS
+    n = PIPELINE_ITEMS * 2 + 500
+    items = [{"to": f"+55119{i:08d}", "message": TEXT, "correlation_id": f"c{i}"} for i in range(n)]
+    items[10]["idempotency_key"] = items[n - 1]["idempotency_key"] = "same"
+    items[n - 1]["to"] = items[10]["to"]
+    items[n - 1]["correlation_id"] = "c10"
+    with psycopg.connect(database_url) as conn:  # not autocommit: the caller's transaction, then rolled back
+        enqueue_many(conn, items)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        conn.rollback()
+    assert count(db) == 0
+    with app_engine.begin() as conn:
+        ids = enqueue_many(conn, items)
+    assert ids[10] == ids[n - 1] and len(set(ids)) == n - 1
+    rows = dict(db.execute("SELECT id, correlation_id FROM wa_outbox.notifications").fetchall())
+    assert [rows[i] for i in ids] == [f"c{i}" for i in range(n - 1)] + ["c10"]
+    assert count(db) == count(db, "notification_events") == n - 1
+
+
+def test_a_large_enqueue_many_is_all_or_nothing_and_leaves_the_callers_transaction_usable(app_engine, database_url,
+                                                                                          db, sender):
+    from wa_outbox import enqueue_many
+    from wa_outbox.enqueue import PIPELINE_ITEMS
+    items = [{"to": f"+55119{i:08d}", "message": TEXT} for i in range(PIPELINE_ITEMS * 3)]
+    items[PIPELINE_ITEMS * 2 + 7]["to"] = "42"  # in the third part, after two were sent
+    with psycopg.connect(database_url, autocommit=True) as conn, \
+            pytest.raises(InvalidMessage, match=f"item {PIPELINE_ITEMS * 2 + 7}: invalid recipient"):
+        enqueue_many(conn, items)
+    assert count(db) == 0
+    with app_engine.begin() as conn:
+        enqueue(conn, to="+5511987654321", message=TEXT)
+        with pytest.raises(InvalidMessage, match="invalid recipient"):
+            enqueue_many(conn, items)
+        enqueue(conn, to="+5511987654322", message=TEXT)  # the caller's transaction goes on
+    assert count(db) == count(db, "notification_events") == 2

@@ -232,6 +232,32 @@ def test_a_status_waiting_for_its_send_spends_no_attempt(client, db, engine, sen
     assert db.execute("SELECT status, attempts FROM wa_outbox.webhook_events").fetchone() == ("queued", 0)
 
 
+def test_a_batch_whose_worker_died_before_finishing_it_is_not_written_twice_on_the_timeline(
+        client, db, engine, sender, monkeypatch):
+    """The statuses are applied and committed, then the worker dies before marking its events done (found by the
+    chaos run: SIGKILLed workers left `delivered` and `read` twice on a timeline). The events come back by their
+    lease; applying them again must not repeat them on the timeline."""
+    nid = message_in(db, "sent", "wamid.TWICE")
+    post(client, envelope(statuses=[status("wamid.TWICE", "delivered"), status("wamid.TWICE", "read")]))
+    finish = _inbound.db.execute
+
+    def dies_before_finishing(engine_, name, *args, **kwargs):
+        if name == "finish_webhook_events":
+            raise KeyboardInterrupt("killed")  # stands for SIGKILL: nothing after the apply runs
+        return finish(engine_, name, *args, **kwargs)
+    monkeypatch.setattr(_inbound.db, "execute", dies_before_finishing)
+    with pytest.raises(KeyboardInterrupt):
+        processor(engine, lease_seconds=0.01).process_batch()
+    monkeypatch.setattr(_inbound.db, "execute", finish)
+    assert event_states(db) == {"processing": 2}
+    wait_for(lambda: rescue(engine, "rescuer", FAST)[1] == 2, timeout=10, what="the expired lease rescued")
+    assert processor(engine, "in-2").process_batch() == 2
+    assert event_states(db) == {"done": 2}
+    assert message_row(db, nid)["status"] == "read"
+    assert [event for event, _ in timeline(db, nid)].count("delivered") == 1
+    assert [event for event, _ in timeline(db, nid)].count("read") == 1
+
+
 # --- unknown status words ------------------------------------------------------------------------------------------
 
 def test_an_unrecognized_status_word_moves_no_message(client, db, engine, sender, caplog, monkeypatch):

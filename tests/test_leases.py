@@ -64,17 +64,24 @@ def test_another_workers_lease_is_not_recorded_over(auto, db, sender):
     assert db.execute("SELECT status, locked_by FROM wa_outbox.notifications").fetchone() == ("sending", "A")
 
 
-def test_claim_grants_only_the_tokens_in_the_bucket_and_paces_the_rest(auto, db, sender):
+def test_claim_reserves_only_the_slots_within_its_horizon_and_paces_the_rest(auto, db, sender):
     for i in range(20):
         enqueue(db, to=f"+55119{i:08d}", message=TEXT)
     db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) "
                "VALUES ('100000000000001', 10, 5, 5)")
-    assert len(claim(auto, "A", limit=20)) == 5
+    # The 5 tokens in the bucket at once, then one slot per 0.1 s up to the horizon (0.5 s after the first).
+    slots = sorted(r["send_at"] for r in claim(auto, "A", limit=20))
+    assert len(slots) == 10
+    assert slots[4] - slots[0] < 0.01 and all(abs(b - a - 0.1) < 0.001 for a, b in zip(slots[4:], slots[5:]))
+    # The lease counts from the slot.
+    assert db.execute("SELECT min(extract(epoch FROM locked_until)) FROM wa_outbox.notifications "
+                      "WHERE status = 'sending'").fetchone()[0] >= slots[0] + 59
     waits = [r[0] for r in db.execute(
         "SELECT extract(epoch FROM next_attempt_at - now()) FROM wa_outbox.notifications WHERE status = 'queued' "
         "ORDER BY next_attempt_at")]
-    assert len(waits) == 15
-    assert 0 <= waits[0] <= 0.2 and 1.2 <= waits[-1] <= 1.6  # spread at 10/s, not all at once
+    assert len(waits) == 10
+    # Each comes back when its slot would be within the horizon: spread at 10/s, not all at once.
+    assert 0 <= waits[0] <= 0.3 and 0.8 <= waits[-1] <= 1.2
     assert db.execute("SELECT sum(attempts) FROM wa_outbox.notifications WHERE status = 'queued'"
                       ).fetchone()[0] == 0  # deferral burns no attempt
 

@@ -1,6 +1,7 @@
-"""Throughput per sender number: the shared bucket never grants more than the configured rate in any one-second
-window, across worker processes, and still reaches it; a throttling answer (130429) pauses every worker; 131057
-pauses the number for about a minute without spending the attempt; `ratelimit resume` lifts a pause at once."""
+"""Throughput per sender number: the shared schedule of send slots never puts more than the configured rate in any
+one-second window, across worker processes, and still reaches it; a throttling answer (130429) pauses every worker
+and the rows already scheduled are given back; 131057 pauses the number for about a minute without spending the
+attempt; `ratelimit resume` lifts a pause at once; a stopping worker gives back what it had not sent yet."""
 
 from __future__ import annotations
 
@@ -47,47 +48,109 @@ def test_131057_pauses_the_sender_for_about_a_minute_without_spending_the_attemp
     assert classify(SendResult(http_status=400, body=error, retry_after=90)).wait_seconds == 90
 
 
-# --- the bucket in Postgres ------------------------------------------------------------------------------------------
+def test_the_clock_offset_estimate_keeps_its_value_while_a_sample_allows_it():
+    from wa_outbox.worker._sender import clock_offset
+    # The database read its clock between sent and received: the shortest round trip bounds the offset.
+    slow, fast = (100.0, 100.05, 100.2), (200.0, 200.004, 200.01)
+    assert clock_offset([slow, fast]) == 0.0  # on one machine: 0 lies within [-0.006, 0.004]
+    assert clock_offset([fast], previous=0.003) == 0.003
+    assert abs(clock_offset([(300.0, 302.0, 300.01)]) - 1.99) < 1e-9  # 2 s ahead: the nearest bound
 
-def test_default_bucket_holds_one_token_and_refills_just_under_the_rate(run, db):
+
+# --- the schedule in Postgres ----------------------------------------------------------------------------------------
+
+def reserve(conn, wanted: int, horizon: float = 0.5, default_mps: float = 80, lead: float = 0.0) -> list[float]:
+    """Reserve up to `wanted` send slots for SENDER; their times (seconds since the epoch), in slot order."""
+    granted, start, level, refill = conn.execute(
+        "SELECT granted, extract(epoch FROM slots_from)::float8, level, refill "
+        "FROM wa_outbox.reserve_slots(%s, %s, %s, %s, %s)", (SENDER, wanted, default_mps, lead, horizon)).fetchone()
+    return [start + max(0.0, k - level) / refill for k in range(1, granted + 1)]
+
+
+def test_default_schedule_spaces_slots_just_over_one_interval_and_reserves_only_within_the_horizon(run, db):
     assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
     shape = db.execute("SELECT s.refill, s.capacity, r.burst FROM wa_outbox.rate_limits r, "
                        "LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s").fetchone()
-    assert shape[2] is None and 19.6 <= shape[0] < 20 and 1 <= shape[1] < 1.2
-    # Whatever the burst and the timing: at most capacity + refill * 1 s in a second, and that is < 21.
-    assert shape[1] + shape[0] * 1.0 < 21
-    granted = db.execute("SELECT (wa_outbox.take_tokens(%s, 50, 80)).granted", (SENDER,)).fetchone()[0]
-    assert granted == 1  # a claim wanting 50 gets one: no second's worth of burst
+    assert shape == (20 * 0.985, 1, None)
+    slots = reserve(db, 50, horizon=0.5)
+    # One slot now, then one per 1/19.7 s up to half a second ahead: no burst.
+    assert len(slots) == 1 + int(0.5 * 19.7)
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert all(abs(g - 1 / 19.7) < 1e-6 for g in gaps)
+    # Any 21 consecutive slots span more than a second, with 15 ms to spare for the send's jitter.
+    assert 20 / 19.7 > 1.015
+    # The next claim goes on from the end of this schedule, not from now.
+    more = reserve(db, 3, horizon=1.0)
+    assert more and abs(more[0] - slots[-1] - 1 / 19.7) < 1e-3
+    # A claim with nothing left within its horizon gets nothing.
+    assert reserve(db, 5, horizon=0.0) == []
+    # What the ops page and `ratelimit show` count: no token is left now, slots are reserved ahead.
+    assert db.execute("SELECT tokens < 0 FROM wa_outbox.rate_limits").fetchone() == (True,)
+    assert "\t0.00\t" in run("ratelimit", "show").output
     assert run("ratelimit", "set", SENDER, "--mps", "20", "--burst", "20").exit_code == 0  # the classic bucket
     assert "\t20\t20\t20\t20\t" in run("ratelimit", "show").output
 
 
+def test_an_idle_senders_first_slot_is_the_lead_ahead_so_the_claims_own_latency_never_makes_it_late(run, db):
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    db.execute("UPDATE wa_outbox.rate_limits SET refilled_at = now() - interval '10 seconds'")
+    ahead = ("SELECT extract(epoch FROM slots_from - clock_timestamp())::float8 "
+             "FROM wa_outbox.reserve_slots(%s, 3, 80, 0.05, 0.5)")
+    assert 0.045 < db.execute(ahead, (SENDER,)).fetchone()[0] <= 0.05
+    # At most one interval: at a rate the workers cannot reach, a claim's rows go at once.
+    assert run("ratelimit", "set", SENDER, "--mps", "1000000").exit_code == 0
+    assert db.execute(ahead, (SENDER,)).fetchone()[0] <= 1 / 985_000
+
+
+def test_burst_mode_is_the_classic_bucket_in_slots(run, db):
+    """--burst B: B slots at once when the bucket is full, then one per 1/mps."""
+    assert run("ratelimit", "set", SENDER, "--mps", "10", "--burst", "5").exit_code == 0
+    db.execute("UPDATE wa_outbox.rate_limits SET refilled_at = now() - interval '10 seconds'")  # idle: full
+    slots = reserve(db, 8, horizon=0.25)
+    assert len(slots) == 7  # 5 now, then 2 more within 0.25 s at 10/s
+    assert max(slots[:5]) - min(slots[:5]) < 0.01
+    assert abs(slots[5] - slots[4] - 0.1) < 1e-3 and abs(slots[6] - slots[5] - 0.1) < 1e-3
+
+
+def test_a_paused_sender_reserves_nothing_and_its_schedule_survives_the_pause(db, run):
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    ahead = reserve(db, 10, horizon=0.5)
+    from wa_outbox import db as wdb
+    db.execute("UPDATE wa_outbox.rate_limits SET paused_until = now() + interval '3 seconds'")
+    granted, paused = db.execute("SELECT granted, paused FROM wa_outbox.reserve_slots(%s, 5, 80, 0, 0.5)",
+                                 (SENDER,)).fetchone()
+    assert (granted, paused) == (0, True)
+    assert wdb.safe_to_repeat("pause_sender")
+    # Lifted at once (`ratelimit resume`): the slots reserved before the pause stay taken.
+    assert run("ratelimit", "resume", SENDER).exit_code == 0
+    after = reserve(db, 1, horizon=1.0)
+    assert after[0] >= ahead[-1] + 1 / 19.7 - 1e-3
+
+
 def test_concurrent_claimers_never_get_more_than_the_rate_in_any_second_and_reach_it(database_url, db, run):
-    """The bucket alone, exactly: 4 connections take tokens as fast as they can for 3 s; each grant's time is the
-    bucket's own (refilled_at, read in the granting transaction while it holds the bucket's row lock)."""
+    """The schedule alone, exactly: 4 connections reserve slots as fast as they can for 3 s."""
     rate, seconds = 20, 3.0
     assert run("ratelimit", "set", SENDER, "--mps", str(rate)).exit_code == 0
-    grants: list[float] = []
+    slots: list[float] = []
 
     def claimer() -> None:
-        with psycopg.connect(database_url) as conn:
+        with psycopg.connect(database_url, autocommit=True) as conn:
             until = time.monotonic() + seconds
             while time.monotonic() < until:
-                with conn.transaction():
-                    granted = conn.execute("SELECT (wa_outbox.take_tokens(%s, 3, 80)).granted",
-                                           (SENDER,)).fetchone()[0]
-                    at = conn.execute("SELECT extract(epoch FROM refilled_at)::float8 FROM wa_outbox.rate_limits "
-                                      "WHERE phone_number_id = %s", (SENDER,)).fetchone()[0]
-                grants.extend([at] * granted)
+                slots.extend(reserve(conn, 3, horizon=0.5))
 
     threads = [threading.Thread(target=claimer) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    # Version 1's bucket (one second of burst) granted 40 in the first second.
-    assert window_max(grants) <= rate
-    assert len(grants) >= 0.9 * rate * seconds
+    slots.sort()
+    assert len(set(slots)) == len(slots)  # no slot handed out twice
+    assert window_max(slots) <= rate
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert min(gaps) > 1 / rate  # every pair of slots further apart than 1/mps
+    # Reserved ahead, the schedule has no holes: the rate is reached exactly (0.985 of it, by design).
+    assert (len(slots) - 1) / (slots[-1] - slots[0]) >= 0.98 * rate
 
 
 def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(database_url, db, sender, sim, run):
@@ -95,10 +158,14 @@ def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(
     rate, n = 20, 200
     sim.configure(mps=rate, webhook_url=None)  # no status webhooks: less load on the machine
     assert run("ratelimit", "set", SENDER, "--mps", str(rate)).exit_code == 0
-    queue(db, n)
     workers = [start_worker_process(database_url, sim.base_url, WA_OUTBOX_RATE_LIMIT_MPS=str(rate),
                                     WA_OUTBOX_POLL_INTERVAL="1.0", LOG_LEVEL="WARNING") for _ in range(4)]
     try:
+        # Running workers, not starting ones: four processes importing at once on a small machine are late on
+        # their first slots by tens of ms (as is a machine starved of CPU; the schedule absorbs 15 ms).
+        wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] == 4, timeout=60,
+                 what="4 workers running")
+        queue(db, n)
         wait_for(lambda: count(db, "status IN ('queued', 'sending')") == 0, timeout=120, interval=0.5,
                  what="the queue drained")
     finally:
@@ -108,15 +175,19 @@ def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(
     assert all(w.returncode == 0 for w in workers), outputs
     accepted = sorted(m["received_at"] for m in sim.messages())
     assert len(accepted) == n and count(db, "status = 'sent'") == n
-    # The simulator's record of accepted sends: never over the rate in any sliding second. It refuses beyond the
-    # rate, so count the refusals too: one needs a send delayed more than the bucket's margin (~10 ms) on its way
-    # from the claim to the simulator, which on this shared 2-core machine happens now and then (bench/pacing.py
-    # prints that delay); version 1's bucket drew them by the dozen (27-33 sends granted in a second).
+    # The simulator's record of accepted sends: never over the rate in any sliding second, and (next to) nothing
+    # refused: claims reserve send slots 1/(0.985 * rate) apart and each send goes at its slot, so 21 sends span
+    # 1.015 s; a worker that wakes more than 10 ms after a slot gives the row back rather than send it late. What is
+    # left is the delay between the worker's send and the simulator's clock reading (its own parsing and
+    # validation): on this shared 2-core machine, under the load of the other tests, it exceeds 15 ms now and then
+    # and the simulator refuses that send (0-2 per run measured; bench/pacing.py prints that delay).
+    # Version 1's bucket drew 130429s by the dozen (27-33 sends granted in a second).
     assert window_max(accepted) <= rate
     refused = sim.stats()["outcomes"].get("error_130429", 0)
-    assert refused <= 5
-    # At the rate: over the run, less the pauses those refusals drew (each pauses the sender for
-    # THROTTLE_PAUSE_SECONDS), at least 0.9 of it on this busy machine; the benchmark (bench/pacing.py) measures 98 %.
+    assert refused <= 3
+    # Near the rate, less the pauses those refusals drew (each pauses the sender THROTTLE_PAUSE_SECONDS): at least
+    # 0.9 of it on this busy machine (each row given back for a late wake-up leaves its slot unused: a few % under
+    # load); the benchmark (bench/pacing.py) measures it over a long run.
     paused = refused * THROTTLE_PAUSE_SECONDS[130429]
     achieved = (n - 1) / (accepted[-1] - accepted[0] - paused)
     assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused"
@@ -139,6 +210,48 @@ def test_a_130429_pauses_every_worker(db, sender, sim, settings, run):
     assert [t for t in grant_times(db) if throttled_at < t < paused_until] == []
     # The throttled message did not spend an attempt.
     assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def released(db, reason_prefix: str) -> list[tuple[int, int]]:
+    """(id, attempt) of the `released` timeline events whose reason starts so."""
+    return db.execute("SELECT notification_id, attempt FROM wa_outbox.notification_events WHERE event = 'released' "
+                      "AND detail->>'reason' LIKE %s ORDER BY id", (reason_prefix + "%",)).fetchall()
+
+
+def test_the_worker_throttled_gives_back_the_rows_waiting_for_their_slots_without_spending_attempts(
+        db, sender, sim, settings, run):
+    """At 20/s a claim reserves about half a second of slots; the first send draws a 130429: the rest of that
+    schedule is not sent into the pause but given back, queued, attempt not counted."""
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    sim.set_faults([{"mode": "error", "code": 130429, "count": 1, "retry_after": 2}])
+    ids = queue(db, 12)
+    with running_worker(worker_settings(settings, sim.base_url)):
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="all sent after the pause")
+    given_back = released(db, "its sender was throttled")
+    assert given_back and all(attempt == 0 for _, attempt in given_back)
+    throttled_at, paused_until = db.execute(
+        "SELECT extract(epoch FROM e.created_at)::float8, extract(epoch FROM r.paused_until)::float8 "
+        "FROM wa_outbox.notification_events e, wa_outbox.rate_limits r WHERE e.event = 'throttled'").fetchone()
+    # Nothing reached the simulator from the throttled answer until the pause's end.
+    assert [m for m in sim.messages() if throttled_at < m["received_at"] < paused_until] == []
+    assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_a_stopping_worker_gives_back_the_rows_waiting_for_their_slots(db, sender, sim, settings, run):
+    """At 4/s a claim reserves a slot now and more up to half a second ahead; stopping right after the first send
+    leaves those unsent: they go back to queued at once, attempt not counted, nothing left `sending`."""
+    assert run("ratelimit", "set", SENDER, "--mps", "4").exit_code == 0
+    ids = queue(db, 6)
+    with running_worker(worker_settings(settings, sim.base_url)):
+        wait_for(lambda: len(sim.messages()) >= 1, timeout=30, interval=0.01, what="the first send")
+    sent = {int(m["biz_opaque_callback_data"]) for m in sim.messages()}
+    assert len(sent) < len(ids)
+    given_back = released(db, "the worker stopped")
+    assert given_back and all(attempt == 0 for _, attempt in given_back)
+    rows = db.execute("SELECT id, status, attempts, next_attempt_at <= now() FROM wa_outbox.notifications "
+                      "ORDER BY id").fetchall()
+    assert {r[0] for r in rows if r[1] == "sent"} == sent
+    assert all(r[1:] == ("queued", 0, True) for r in rows if r[0] not in sent), rows
 
 
 def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_messages(

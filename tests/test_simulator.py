@@ -348,7 +348,8 @@ def test_admin_config_over_http(sim, http):
     assert http.get(f"{sim.admin_url}/config").json()["config"]["status_delays_ms"] == [1, 2, 3]
     assert [send(http, sim, text()).status_code for _ in range(2)] == [200, 400]
 
-    for bad in ({"nope": 1}, {"duplicate_rate": 3}, {"final_status": "seen"}, {"pair_limit": {"messages": 0}}):
+    for bad in ({"nope": 1}, {"duplicate_rate": 3}, {"duplicate_max": 0}, {"final_status": "seen"},
+                {"pair_limit": {"messages": 0}}):
         response = http.put(f"{sim.admin_url}/config", json=bad)
         assert response.status_code == 400, bad
     assert sim.config.mps == 1

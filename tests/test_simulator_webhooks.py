@@ -180,6 +180,21 @@ def test_duplicates_are_byte_identical(receiver):
     assert all(bodies.count(body) == 2 for body in bodies)
 
 
+def test_duplicate_max_redelivers_each_post_one_to_that_many_more_times(receiver):
+    with simulator(receiver, duplicate_rate=1.0, duplicate_max=3) as sim:
+        for _ in range(10):
+            send(sim, text())
+        assert sim.wait_for_webhooks_idle(10)
+        duplicates = sim.stats()["webhooks"]["duplicates"]
+    bodies = [post["body"] for post in receiver.posts]
+    originals = set(bodies)
+    assert len(originals) == 30  # 10 messages x (sent, delivered, read), one POST each
+    copies = [bodies.count(body) for body in originals]
+    assert all(2 <= c <= 4 for c in copies), copies  # the original plus 1 to 3 redeliveries
+    assert len(set(copies)) > 1  # not always the same number
+    assert duplicates == len(bodies) - 30
+
+
 def test_reorder_posts_statuses_out_of_order(receiver):
     with simulator(receiver, reorder_rate=1.0) as sim:
         for _ in range(3):

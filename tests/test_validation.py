@@ -215,3 +215,79 @@ def test_python_check_is_pure_and_matches_sql_for_the_spec_examples(db):
     for name, example in EXAMPLES.items():
         sql = db.execute("SELECT wa_outbox.message_problem(%s::jsonb)", (json.dumps(example),)).fetchone()[0]
         assert message_problem(example) == sql, name
+
+
+def test_message_rules_are_inlined_sql_that_a_bulk_statement_pays_no_call_for(db):
+    """The rules are LANGUAGE sql without sub-queries, so Postgres inlines them: the plan names no function."""
+    assert dict(db.execute("SELECT p.proname, l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+                           "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'wa_outbox' AND p.proname "
+                           "IN ('message_problem', 'recipient_digits')").fetchall()) == \
+        {"message_problem": "sql", "recipient_digits": "sql"}
+    plan = "\n".join(r[0] for r in db.execute(
+        "EXPLAIN VERBOSE SELECT wa_outbox.message_problem(jsonb_build_object('text', g)), "
+        "wa_outbox.recipient_digits(g::text) FROM generate_series(1, 2) g"))
+    assert "message_problem" not in plan and "recipient_digits" not in plan
+    assert "jsonb_typeof" in plan and "ltrim" in plan  # their bodies, inlined
+
+
+@pytest.mark.parametrize("to", ["5511987654321", "1234567", "123456789012345", "123456", "1234567890123456",
+                                "0511987654321", "+5511987654321", " 5511987654321", "55 11 98765-4321",
+                                "5511987654321\n", "٥٥١١٩٨٧٦٥٤٣٢١", "5511987654３21", "", "+", "1e10000000",
+                                "(55) 11.98765.4321"])
+def test_recipient_digits_fast_path_gives_version_2s_answer(db, to):
+    """Digits only skip the regular expressions; every other input takes version 2's expression, unchanged."""
+    from wa_outbox.messages import recipient_digits
+    got, v2 = db.execute(
+        "SELECT wa_outbox.recipient_digits(%(to)s), "
+        "substring(ltrim(translate(%(to)s, E' \\t\\n\\r\\f\\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$')",
+        {"to": to}).fetchone()
+    assert got == v2 == recipient_digits(to)
+
+
+def test_a_batch_asks_the_walking_rules_only_when_an_item_may_break_them(database_url, db, sender):
+    """batch_json_suspect() gates the two rules that walk each message: a batch where nothing can break them skips
+    them, and one deep or large number anywhere in the batch still gets its item refused by name."""
+    fine = [{"to": TO, "message": {**TEXT, "n": [1, 2.5, -(2 ** 53 - 1)], "x": {"y": {"z": "deep-ish"}}}}] * 3
+    assert not db.execute("SELECT wa_outbox.batch_json_suspect(%s::jsonb)", (json.dumps(fine),)).fetchone()[0]
+    for bad, reason in ((nested(65), "message is nested deeper than 64 levels"),
+                        ({**TEXT, "n": 2 ** 53}, "message has a number beyond")):
+        batch = fine + [{"to": TO, "message": bad}] + fine
+        assert db.execute("SELECT wa_outbox.batch_json_suspect(%s::jsonb)", (json.dumps(batch),)).fetchone()[0]
+        got = sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(batch),), "item 4 : ")
+        assert got.startswith(reason)
+    # a number out of range outside every message only makes the batch suspect; no item is refused for it
+    odd = fine + [{"to": TO, "message": TEXT, "note": 2 ** 60}]
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(odd),)) is None
+    assert rows(db) == (4, 4)
+
+
+def test_the_sender_rule_with_and_without_a_default(database_url, db):
+    """enqueue_many() knows the default sender's verdict once per batch; an item's own sender is checked per item."""
+    many = json.dumps([{"to": TO, "message": TEXT, "phone_number_id": "100000000000009"}, {"to": TO, "message": TEXT}])
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,), "item 2 : ") == \
+        "no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox"
+    db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', 'not-a-number')")
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,), "item 2 : ") == \
+        "no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox"
+    db.execute("UPDATE wa_outbox.settings SET value = '100000000000001'")
+    bad = json.dumps([{"to": TO, "message": TEXT, "phone_number_id": "12a"}])
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,), "item 1 : ") == \
+        "`phone_number_id` must be the numeric id of a business phone number"
+    assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,)) is None
+    assert db.execute("SELECT array_agg(phone_number_id ORDER BY id) FROM wa_outbox.notifications").fetchone()[0] == \
+        ["100000000000009", "100000000000001"]
+
+
+@pytest.mark.parametrize("recipient, stored", [("5511987654321", True), ("1234567", True), ("123456789012345", True),
+                                               ("123456", False), ("1234567890123456", False), ("0511987654321", False),
+                                               ("+5511987654321", False), ("5511 987654321", False),
+                                               ("٥٥١١٩٨٧٦٥٤٣٢١", False), ("5511987654321\n", False)])
+def test_the_tables_own_recipient_rule_still_refuses_what_it_did(db, recipient, stored):
+    """notifications_recipient_check without a regular expression: the same rows in, the same rows out."""
+    insert = ("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash) "
+              "VALUES ('1', %s, '{}', '')")
+    if stored:
+        db.execute(insert, (recipient,))
+    else:
+        with pytest.raises(psycopg.errors.CheckViolation, match="notifications_recipient_check"):
+            db.execute(insert, (recipient,))

@@ -75,7 +75,11 @@ def test_two_workers_never_send_the_same_row(db, sender, sim, settings):
     assert len(callbacks) == 300 and set(callbacks) == {str(i) for i in ids}
     senders = dict(db.execute("SELECT e.detail->>'worker', count(*) FROM wa_outbox.notification_events e "
                               "WHERE event = 'sending' GROUP BY 1").fetchall())
-    assert set(senders) == {"A", "B"} and sum(senders.values()) == 300
+    # Each claim was sent once, or given back unsent (a send thread that woke too late for its slot) and claimed
+    # again.
+    given_back = db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'released'"
+                            ).fetchone()[0]
+    assert set(senders) == {"A", "B"} and sum(senders.values()) == 300 + given_back
 
 
 def test_5xx_then_success_ends_sent_after_backoff(db, sender, sim, settings):

@@ -19,6 +19,7 @@ import io
 import json
 import re
 import threading
+from json.encoder import encode_basestring, encode_basestring_ascii
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -27,8 +28,8 @@ import psycopg
 import sqlalchemy as sa
 
 from . import db
-from .messages import (InvalidMessage, check_request, message_problem, normalize_recipient,
-                       validate_phone_number_id)
+from .messages import (InvalidMessage, check_request, message_problem, message_text, normalize_recipient,
+                       size_problem, validate_phone_number_id)
 
 CHUNK_ROWS = 5000          # rows per statement: large enough to amortize the round trip, small enough to stream
 WRITERS = 2                # chunks written at once
@@ -72,7 +73,8 @@ class RowProblem:
 
 @dataclass
 class ReadRows:
-    items: list[dict[str, Any]] = field(default_factory=list)   # {"to", "message", "idempotency_key"}, deduplicated
+    # {"to", "message", "idempotency_key"} as JSON text (what import_items sends), deduplicated
+    items: list[str] = field(default_factory=list)
     problems: list[RowProblem] = field(default_factory=list)
     rows: int = 0           # data rows read
     duplicates: int = 0     # rows identical to an earlier row of the file (the same key): present already
@@ -142,16 +144,26 @@ def _ordered(columns: dict[str, int], part: str) -> list[tuple[str | None, int]]
     return sorted(named, key=lambda kv: kv[1])
 
 
-def _text_parameters(plan: list[tuple[str | None, int]], cells: list[str], part: str) -> list[dict[str, Any]]:
-    parameters = []
-    for name, column in plan:
-        value = cells[column]
-        if value == "":
-            raise InvalidMessage(f"{part}.{name or len(parameters) + 1} is empty (the Cloud API refuses empty "
-                                 "template parameters)")
-        parameters.append({"type": "text", "text": value} if name is None
-                          else {"type": "text", "parameter_name": name, "text": value})
-    return parameters
+def _text_parameters(plan: list[tuple[str | None, int]], cells: list[str]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": cells[column]} if name is None
+            else {"type": "text", "parameter_name": name, "text": cells[column]} for name, column in plan]
+
+
+def check_template_cells(plan: _Plan, cells: list[str]) -> None:
+    """What a template row's own values must be, in the order build_message() reads them: text parameters not empty
+    (the Cloud API refuses them), a media header a link."""
+    for part, parameters in (("header", plan.header), ("media", None), ("body", plan.body)):
+        if parameters is None:
+            if plan.media:
+                kind, column = plan.media
+                link = cells[column]
+                if not link.startswith(("https://", "http://")):
+                    raise InvalidMessage(f"header.{kind} must be a link (https://…), not {link!r}")
+            continue
+        for position, (name, column) in enumerate(parameters, 1):
+            if cells[column] == "":
+                raise InvalidMessage(f"{part}.{name or position} is empty (the Cloud API refuses empty template "
+                                     "parameters)")
 
 
 def build_message(plan: _Plan, cells: list[str], template: str | None, lang: str | None) -> Any:
@@ -165,17 +177,15 @@ def build_message(plan: _Plan, cells: list[str], template: str | None, lang: str
         except (ValueError, RecursionError) as exc:
             raise InvalidMessage(f"the message cell is not JSON: {exc if isinstance(exc, ValueError) else 'nested too deep'}"
                                  ) from None
+    check_template_cells(plan, cells)
     components = []
-    header = _text_parameters(plan.header, cells, "header")
+    header = _text_parameters(plan.header, cells)
     if plan.media:
         kind, column = plan.media
-        link = cells[column]
-        if not link.startswith(("https://", "http://")):
-            raise InvalidMessage(f"header.{kind} must be a link (https://…), not {link!r}")
-        header.append({"type": kind, kind: {"link": link}})
+        header.append({"type": kind, kind: {"link": cells[column]}})
     if header:
         components.append({"type": "header", "parameters": header})
-    body = _text_parameters(plan.body, cells, "body")
+    body = _text_parameters(plan.body, cells)
     if body:
         components.append({"type": "body", "parameters": body})
     content: dict[str, Any] = {"name": template, "language": {"code": lang}}
@@ -191,8 +201,61 @@ def _refuse_constant(name: str):
 def campaign_key(name: str, recipient: str, message: Any) -> str:
     """The idempotency key of one row of campaign `name`: the same recipient and message in the same campaign is the
     same key, so importing a file again queues nothing new (and a row repeated in the file is queued once)."""
-    canonical = json.dumps([name, recipient, message], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+    return KEY_PREFIX + hashlib.sha256(_canonical([name, recipient, message]).encode()).hexdigest()
+
+
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode
+
+
+class _TemplateRows:
+    """A template plan's rows as JSON text, without building each row's message: the message's text and its key's
+    canonical form are each put together from pieces computed once (from a message built with markers in place of
+    the values) and each value's own JSON encoding, character for character what message_text() and
+    campaign_key() give for the message build_message() builds (tests/test_campaigns.py compares them). The rules
+    that do not depend on the row (type, template object) are checked once; each row's values then meet
+    check_template_cells() and the size rule (message_problem's last), the only rule a row's values can break."""
+
+    def __init__(self, plan: _Plan, name: str, template: str, lang: str) -> None:
+        columns = [column for _, column in plan.header] + ([plan.media[1]] if plan.media else []) + \
+                  [column for _, column in plan.body]
+        # NUL cannot come from a command line nor reach this far from a CSV cell: the markers are unambiguous.
+        markers = {column: f"http://\x00{column}\x00" for column in columns}
+        cells = [""] * (max(columns, default=plan.to) + 1)
+        for column, marker in markers.items():
+            cells[column] = marker
+        message = build_message(plan, cells, template, lang)
+        self.usable = message_problem(message) is None  # else: the general path says why, row by row
+        self._text = self._pieces(message_text(message), markers, encode_basestring)
+        self._key = self._pieces(_canonical([name, "\x00to\x00", message]), {**markers, -1: "\x00to\x00"},
+                                 encode_basestring_ascii)
+        self.usable = self.usable and self._text is not None and self._key is not None
+
+    @staticmethod
+    def _pieces(text: str, markers: dict[int, str], encode: Callable[[str], str]) -> tuple[str, list[int]] | None:
+        """text as a format string with a field where each marker's JSON string was, and the column of each field
+        (-1: the recipient)."""
+        literal = {encode(marker): column for column, marker in markers.items()}
+        parts = re.split("(" + "|".join(map(re.escape, literal)) + ")", text) if literal else [text]
+        columns = [literal[p] for p in parts[1::2]]
+        if sorted(columns) != sorted(markers):
+            return None  # a marker missing or twice: the general path
+        return "{}".join(p.replace("{", "{{").replace("}", "}}") for p in parts[0::2]), columns
+
+    def item(self, plan: _Plan, cells: list[str]) -> tuple[str, str]:
+        """(key, the item's JSON text) of one row; InvalidMessage as the general path would say it."""
+        check_template_cells(plan, cells)
+        if "\x00" in "".join(cells):
+            raise InvalidMessage("the row contains a NUL character (\\u0000), which Postgres cannot store")
+        recipient = normalize_recipient(cells[plan.to])
+        form, columns = self._text
+        text = form.format(*[encode_basestring(cells[c]) for c in columns])
+        problem = size_problem(text)
+        if problem:
+            raise InvalidMessage(problem)
+        form, columns = self._key
+        key = KEY_PREFIX + hashlib.sha256(form.format(*[encode_basestring_ascii(
+            recipient if c == -1 else cells[c]) for c in columns]).encode()).hexdigest()
+        return key, '{"to":"' + recipient + '","message":' + text + ',"idempotency_key":"' + key + '"}'
 
 
 def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
@@ -207,6 +270,9 @@ def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
     except csv.Error as exc:
         raise InvalidCsv(f"line 1: {exc}") from None
     plan = _plan(header, template, lang)
+    rows = _TemplateRows(plan, name, template, lang) if plan.message is None else None
+    if rows is not None and not rows.usable:
+        rows = None
     result = ReadRows()
     keys: set[str] = set()
     line = reader.line_num + 1
@@ -226,6 +292,18 @@ def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
         result.rows += 1
         if len(cells) != len(header):
             result.problems.append(RowProblem(start, f"{len(cells)} fields, the header has {len(header)}"))
+            continue
+        if rows is not None:
+            try:
+                key, item = rows.item(plan, cells)
+            except InvalidMessage as exc:
+                result.problems.append(RowProblem(start, str(exc)))
+                continue
+            if key in keys:
+                result.duplicates += 1
+            else:
+                keys.add(key)
+                result.items.append(item)
             continue
         try:
             message = build_message(plan, cells, template, lang)
@@ -249,8 +327,12 @@ def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
             result.duplicates += 1
             continue
         keys.add(key)
-        result.items.append({"to": recipient, "message": message, "idempotency_key": key})
+        result.items.append(_item_text({"to": recipient, "message": message, "idempotency_key": key}))
     return result
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
 
 
 # --- writing -----------------------------------------------------------------------------------------------------------
@@ -263,10 +345,11 @@ class Imported:
     present: int
 
 
-def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: list[dict[str, Any]],
+def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: list[dict[str, Any] | str],
                  default_sender: str | None = None, chunk_rows: int = CHUNK_ROWS, writers: int = WRITERS,
                  progress: Callable[[int], None] | None = None) -> Imported:
-    """Write validated items in chunks, one statement (and transaction) each; the first creates or finds the campaign,
+    """Write validated items ({"to", "message", "idempotency_key"}, or that as JSON text, as read_csv gives them)
+    in chunks, one statement (and transaction) each; the first creates or finds the campaign,
     then up to `writers` chunks are written at once (Postgres inserts on one core while this process serializes the
     next chunk on another). `engine` must be an autocommit engine with a pool of at least `writers` connections.
     A new campaign sends from `phone_number_id`, else `default_sender`, else the sender `db upgrade` recorded; an
@@ -283,7 +366,7 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
         try:
             row = db.fetch(engine, "enqueue_campaign", {
                 "name": name, "phone_number_id": phone_number_id, "default_sender": default_sender,
-                "items": json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)})[0]
+                "items": "[" + ",".join(i if isinstance(i, str) else _item_text(i) for i in chunk) + "]"})[0]
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:
             raise CampaignConflict(exc.diag.message_primary) from None
         except psycopg.errors.DataError as exc:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from .messages import InvalidMessage, check_request, validate_ordered
+from .messages import Checked, InvalidMessage, check_request, validate_ordered
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -61,36 +61,102 @@ def enqueue(conn: Connectable, *, to: str, message: dict[str, Any], idempotency_
 
 
 def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Queue many messages in one statement (campaigns, imports); return their ids in input order.
+    """Queue many messages, set-based (campaigns, imports); return their ids in input order.
 
     Each item: {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}. All or nothing:
-    an invalid item raises `InvalidMessage` (naming its index) and nothing is queued."""
-    checked = []
-    for index, item in enumerate(items):
-        try:
-            if not isinstance(item, Mapping):
-                raise InvalidMessage("must be an object")
-            one = check_request(to=item.get("to"), message=item.get("message"),
-                                idempotency_key=item.get("idempotency_key"),
-                                correlation_id=item.get("correlation_id"), phone_number_id=item.get("phone_number_id"))
-        except InvalidMessage as exc:
-            raise InvalidMessage(f"item {index}: {exc}") from None
-        checked.append({"to": one.recipient, "message": item["message"], "idempotency_key": one.idempotency_key,
-                        "correlation_id": one.correlation_id, "phone_number_id": one.phone_number_id})
+    an invalid item raises `InvalidMessage` (naming its index) and nothing is queued. On psycopg 3, a batch of more
+    than PIPELINE_ITEMS goes as several statements in one pipeline, inside a savepoint of the caller's transaction
+    (or a transaction of its own in autocommit mode)."""
     if not items:
         return []
-    payload = json.dumps(checked, separators=(",", ":"))
-
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
     if isinstance(conn, Session):
         conn = conn.connection()
+    driver = _pipelining_connection(conn)
+    if driver is not None and len(items) > PIPELINE_ITEMS:
+        return _enqueue_many_pipelined(driver, items)
+    payload = batch_json(items)
     if isinstance(conn, sa.engine.Connection):
         return list(conn.execute(sa.text("SELECT wa_outbox.enqueue_many(CAST(:items AS jsonb))"),
                                  {"items": payload}).scalar_one())
     cursor = conn.cursor()
     try:
-        cursor.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (payload,))
+        cursor.execute(_SQL_MANY, (payload,))
         return list(cursor.fetchone()[0])
     finally:
         cursor.close()
+
+
+# A batch larger than this goes as statements of this many items in one pipeline (psycopg 3): Postgres inserts one
+# part while this process checks and encodes the next, instead of each waiting for the other. One savepoint (or, in
+# autocommit, one transaction) around them keeps the batch all or nothing.
+PIPELINE_ITEMS = 1000
+_SQL_MANY = "SELECT wa_outbox.enqueue_many(%s::jsonb)"
+
+
+def _pipelining_connection(conn: Any) -> Any:
+    """The psycopg 3 connection under `conn` when it can run a pipeline, else None."""
+    try:
+        import psycopg
+    except ImportError:  # psycopg2 only
+        return None
+    import sqlalchemy as sa
+    if isinstance(conn, sa.engine.Connection):
+        conn = conn.connection.driver_connection
+    if not isinstance(conn, psycopg.Connection) or not psycopg.Pipeline.is_supported():
+        return None
+    return conn
+
+
+def _enqueue_many_pipelined(conn: Any, items: Sequence[Mapping[str, Any]]) -> list[int]:
+    import psycopg
+    if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # Open the caller's transaction as the single statement would have: transaction() below is then a
+        # savepoint inside it, not a transaction of its own that commits.
+        conn.execute("SELECT 1")
+    cursors = []
+    with conn.transaction(), conn.pipeline():  # an invalid item rolls back the parts already sent
+        for start in range(0, len(items), PIPELINE_ITEMS):
+            cursor = conn.cursor()
+            cursor.execute(_SQL_MANY, (batch_json(items[start:start + PIPELINE_ITEMS], first_index=start),))
+            cursors.append(cursor)
+    ids = []
+    for cursor in cursors:
+        ids += cursor.fetchone()[0]
+        cursor.close()
+    return ids
+
+
+def batch_json(items: Sequence[Mapping[str, Any]], first_index: int = 0) -> str:
+    """enqueue_many()'s checks, and the JSON array it sends: InvalidMessage (naming the item's index, counted from
+    `first_index`) for the first item that breaks a rule. The array is put together from each message's text as its
+    check encoded it."""
+    from . import meta_schema
+    validate_mode = meta_schema.mode()  # read once for the batch, not per item
+    parts = []
+    for index, item in enumerate(items, first_index):
+        try:
+            if not isinstance(item, Mapping):
+                raise InvalidMessage("must be an object")
+            one = check_request(to=item.get("to"), message=item.get("message"),
+                                idempotency_key=item.get("idempotency_key"),
+                                correlation_id=item.get("correlation_id"), phone_number_id=item.get("phone_number_id"),
+                                validate_mode=validate_mode)
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"item {index}: {exc}") from None
+        parts.append(_item_json(one))
+    return "[" + ",".join(parts) + "]"
+
+
+def _item_json(checked: Checked) -> str:
+    """One item of wa_outbox.enqueue_many()'s array. The recipient and sender are digits, the message is JSON text
+    already; only the keys need encoding."""
+    text = '{"to":"' + checked.recipient + '","message":' + checked.message_text
+    if checked.idempotency_key is not None:
+        text += ',"idempotency_key":' + json.dumps(checked.idempotency_key)
+    if checked.correlation_id is not None:
+        text += ',"correlation_id":' + json.dumps(checked.correlation_id)
+    if checked.phone_number_id is not None:
+        text += ',"phone_number_id":"' + checked.phone_number_id + '"'
+    return text + "}"

@@ -27,6 +27,9 @@ MAX_KEY = 255
 _SEPARATORS = re.compile(r"[ \t\n\r\f\v().-]")  # as recipient_digits(): what people type inside a number
 _E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,32}")
+# jsonb's text form (", " and ": " separators, Unicode as is): what octet_length(message::text) measures. One encoder
+# for the process: json.dumps() with any non-default argument builds a new one per call (most of its cost here).
+_JSONB_TEXT = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class InvalidMessage(ValueError):
@@ -100,8 +103,14 @@ def _storable_text(text: str, where: str) -> None:
         raise InvalidMessage(f"{where} contains a lone surrogate: it is not valid Unicode")
 
 
-def message_problem(message: Any) -> str | None:
-    """Why `message` cannot be queued, or None: wa_outbox.message_problem(), rule for rule and word for word."""
+def message_text(message: Any) -> str:
+    """`message` as JSON text in jsonb's form (the size rule measures it; it is also what enqueue_many() sends)."""
+    return _JSONB_TEXT(message)
+
+
+def message_problem(message: Any, text: str | None = None) -> str | None:
+    """Why `message` cannot be queued, or None: wa_outbox.message_problem(), rule for rule and word for word.
+    `text`: message_text(message) when the caller has it already."""
     if not isinstance(message, dict):
         return "`message` must be a JSON object (a Cloud API message body)"
     if "status" in message or "message_id" in message:
@@ -125,20 +134,32 @@ def message_problem(message: Any) -> str | None:
     if tracker is not None and len(tracker) > MAX_TRACKER:
         return (f"biz_opaque_callback_data is {len(tracker)} characters: at most {MAX_TRACKER} fit, as Meta allows "
                 '512 and "<outbox id>:" goes first')
-    # jsonb's text form (", " and ": " separators), as octet_length(message::text) measures it.
-    if len(json.dumps(message, ensure_ascii=False).encode()) > MAX_MESSAGE_BYTES:
+    return size_problem(_JSONB_TEXT(message) if text is None else text)
+
+
+def size_problem(text: str) -> str | None:
+    """The last rule of message_problem(), on the message's message_text()."""
+    # In bytes of UTF-8 (at most 4 per character: a shorter text cannot be too large, and needs no encoding).
+    if len(text) * 4 > MAX_MESSAGE_BYTES and len(text.encode()) > MAX_MESSAGE_BYTES:
         return f"message is larger than {MAX_MESSAGE_BYTES} bytes"
     return None
 
 
 def validate_message(message: Any) -> str:
     """Check a Cloud API message body; return its type. `to` and the fields wa-outbox sets are ignored."""
-    _storable(message, "message")
-    problem = message_problem(message)
-    if problem:
-        raise InvalidMessage(problem)
+    _checked_text(message)
     kind = message.get("type")
     return kind if kind is not None else _implied_type(message)
+
+
+def _checked_text(message: Any) -> str:
+    """Check a Cloud API message body; return its message_text()."""
+    _storable(message, "message")
+    text = _JSONB_TEXT(message) if isinstance(message, dict) else None  # storable: it encodes
+    problem = message_problem(message, text)
+    if problem:
+        raise InvalidMessage(problem)
+    return text
 
 
 def _implied_type(message: dict) -> str:
@@ -173,22 +194,27 @@ class Checked:
     idempotency_key: str | None
     correlation_id: str | None
     phone_number_id: str | None
+    message_text: str = ""  # the message as message_text() gives it
 
 
 def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
-                  phone_number_id: Any = None, key_name: str = "idempotency_key") -> Checked:
+                  phone_number_id: Any = None, key_name: str = "idempotency_key",
+                  validate_mode: str | None = None) -> Checked:
     """Every rule, in the order the SQL functions apply them; InvalidMessage names the first that fails. With
-    WA_OUTBOX_VALIDATE=meta, then the rules of Meta's schema (wa_outbox/meta_schema.py)."""
+    WA_OUTBOX_VALIDATE=meta, then the rules of Meta's schema (wa_outbox/meta_schema.py). `validate_mode`: that
+    variable's meta_schema.mode(), when a caller checking many messages has read it once already."""
     recipient = normalize_recipient(to)
-    validate_message(message)
-    from . import meta_schema  # the one impure step: the opt-in reads the environment
-    if meta_schema.mode() == "meta":
+    text = _checked_text(message)
+    if validate_mode is None:
+        from . import meta_schema  # the one impure step: the opt-in reads the environment
+        validate_mode = meta_schema.mode()
+    if validate_mode == "meta":
+        from . import meta_schema
         problem = meta_schema.meta_problem(recipient, message)
         if problem:
             raise InvalidMessage(problem)
-    return Checked(recipient=recipient, idempotency_key=validate_key(key_name, idempotency_key),
-                   correlation_id=validate_key("correlation_id", correlation_id),
-                   phone_number_id=validate_phone_number_id(phone_number_id))
+    return Checked(recipient, validate_key(key_name, idempotency_key), validate_key("correlation_id", correlation_id),
+                   validate_phone_number_id(phone_number_id), text)
 
 
 def validate_ordered(value: Any) -> bool:

@@ -3,13 +3,18 @@ A thin layer over named queries (wa_outbox/sql/), shared by the HTTP API and the
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 import uuid
-from typing import Any
+from datetime import datetime
+from typing import Any, Callable
 
+import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 
-from . import db
+from . import db, states
 from .messages import InvalidMessage, check_request, normalize_recipient, validate_ordered
 
 AUTO_KEY_PREFIX = "auto:"
@@ -75,8 +80,106 @@ def purge_dead(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False
                                                       "older_than_days": older_than_days})[0]
 
 
-def prune(engine: sa.Engine, *, days: int) -> tuple[int, int]:
-    return _with_prune_allowed(engine, "prune", {"days": days})
+MIN_DEDUP_KEY_DAYS = 8  # Meta redelivers a webhook for up to 7 days: a dedup key must outlive that
+PRUNE_BATCH = 1000       # messages per batch (with their timelines: a few thousand rows, tens of milliseconds)
+PRUNE_WINDOW = 10        # each batch reads at most this many batches' worth of ids, whatever it keeps
+
+
+@dataclasses.dataclass
+class PruneResult:
+    """What one `prune` run deleted so far (updated after every batch, so an interrupted run can still report)."""
+    messages: int = 0
+    events: int = 0                # the messages' timeline events
+    webhook_events: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    longest_batch_seconds: float = 0.0
+    phase: str = "messages"        # what is being pruned now: messages, then webhook_events
+    fraction: float = 0.0          # how far through the phase's old ids
+
+    @property
+    def rows(self) -> int:
+        return self.messages + self.events + self.webhook_events
+
+
+def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_size: int = PRUNE_BATCH,
+          progress: Callable[[PruneResult], None] | None = None, result: PruneResult | None = None) -> PruneResult:
+    """Retention, in bounded batches that are each their own short transaction, safe while workers run: finished
+    messages (states.PRUNABLE_STATUSES) updated more than `days` ago with their timelines, then `done` webhook events
+    (their dedup keys and raw bodies) received more than max(`days`, 8) days ago. Dead messages and dead webhook
+    events go only when `dead_days` is given (dead webhook events never before 8 days either).
+
+    Each phase walks the primary key from the oldest row to the last one created before its cutoff (found by
+    bisection: ids grow with time), `batch_size` rows at a time, skipping rows other transactions hold, so a run costs
+    what it deletes, not the table's size, and stopping it anywhere loses at most one batch's work: the next run
+    carries on. `progress` is called after every batch with `result`, the running totals."""
+    result = result if result is not None else PruneResult()
+    started = time.monotonic()
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        with raw.cursor(row_factory=dict_row) as cursor:
+            cutoffs = cursor.execute(db.query("prune_cutoffs"), {
+                "days": days, "dead_days": dead_days, "min_key_days": MIN_DEDUP_KEY_DAYS}).fetchone()
+            message_params = {"statuses": [str(s) for s in states.PRUNABLE_STATUSES], "before": cutoffs["before"],
+                              "dead_before": cutoffs["dead_before"]}
+            webhook_params = {"before": cutoffs["keys_before"], "dead_before": cutoffs["dead_keys_before"]}
+
+            def on_batch(row: dict[str, Any], seconds: float, fraction: float) -> None:
+                result.messages += row.get("messages", 0)
+                result.events += row.get("events", 0)
+                result.webhook_events += row.get("webhook_events", 0)
+                result.batches += 1
+                result.longest_batch_seconds = max(result.longest_batch_seconds, seconds)
+                result.seconds, result.fraction = time.monotonic() - started, fraction
+                if progress:
+                    progress(result)
+
+            result.phase = "messages"
+            _prune_walk(cursor, "messages", _latest(cutoffs["before"], cutoffs["dead_before"]), message_params,
+                        batch_size, on_batch)
+            result.phase, result.fraction = "webhook_events", 0.0
+            _prune_walk(cursor, "webhooks", _latest(cutoffs["keys_before"], cutoffs["dead_keys_before"]),
+                        webhook_params, batch_size, on_batch)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _latest(*times: datetime | None) -> datetime:
+    return max(t for t in times if t is not None)
+
+
+def _prune_walk(cursor: psycopg.Cursor[dict[str, Any]], table: str, cutoff: datetime, params: dict[str, Any],
+                batch_size: int, on_batch: Callable[[dict[str, Any], float, float], None]) -> None:
+    """Delete `table`'s prunable rows batch by batch along the primary key, up to the last id created before
+    `cutoff` (prune_<table>_probe.sql bisected; later rows cannot be old enough)."""
+    def probe(at: int) -> dict[str, Any]:
+        row = cursor.execute(db.query(f"prune_{table}_probe"), {"id": at}).fetchone()
+        assert row is not None  # the query always returns one row
+        return row
+
+    first = probe(0)
+    if first["id"] is None or first["created_at"] >= cutoff:
+        return
+    low, high = first["id"], first["last_id"] + 1  # probe(low) is old; every id >= high is new (or absent)
+    while high - low > 1:
+        middle = (low + high) // 2
+        found = probe(middle)
+        if found["id"] is None or found["created_at"] >= cutoff:
+            high = middle
+        else:
+            low = found["id"] if found["id"] < high else middle
+    after, until_end, window = first["id"] - 1, low, batch_size * PRUNE_WINDOW
+    span = until_end - after
+    while after < until_end:
+        until = min(until_end, after + window)
+        batch_started = time.monotonic()
+        with cursor.connection.transaction():
+            cursor.execute("SET LOCAL wa_outbox.allow_prune = 'on'")  # the timeline's door, for this batch only
+            row = cursor.execute(db.query(f"prune_{table}_batch"),
+                                 {**params, "after": after, "until": until, "limit": batch_size}).fetchone()
+        assert row is not None  # the query always returns one row
+        after = row["next_after"]
+        on_batch(row, time.monotonic() - batch_started, min(1.0, (after - first["id"] + 1) / span))
 
 
 def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:

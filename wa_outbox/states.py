@@ -22,6 +22,14 @@ class MessageStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+# Final states no worker acts on again, which retention may delete (`wa-outbox prune`). A status webhook may still
+# move a `failed` or `cancelled` message (Meta's late word wins), which updates its updated_at and so restarts its
+# retention clock; one arriving after the prune finds no message and is recorded as unmatched. `dead` is final too,
+# but the dead-letter queue is the operator's: prune deletes it only when asked (--dead-days).
+PRUNABLE_STATUSES = (MessageStatus.SENT, MessageStatus.DELIVERED, MessageStatus.READ, MessageStatus.FAILED,
+                     MessageStatus.CANCELLED)
+
+
 class TimelineEvent(enum.StrEnum):
     """`notification_events.event`: one row per transition of a message."""
     QUEUED = "queued"
@@ -33,7 +41,7 @@ class TimelineEvent(enum.StrEnum):
     PAIR_LIMITED = "pair_limited"        # 131056: this recipient is paused
     UNKNOWN = "unknown"
     RECONCILED = "reconciled"            # a status webhook settled an unknown (or re-queued) send
-    RELEASED = "released"                # a claim whose answer was lost: given back unsent
+    RELEASED = "released"                # claimed, given back unsent (a lost claim reply, a pause, shutdown)
     DELIVERED = "delivered"
     READ = "read"
     PLAYED = "played"

@@ -26,7 +26,8 @@ class SimulatorConfig:
     webhook_url: str | None = None
     status_delays_ms: tuple[float, float, float] = (50.0, 100.0, 150.0)
     final_status: str = "read"  # the last status a delivered message reaches: sent | delivered | read
-    duplicate_rate: float = 0.0  # chance that a webhook POST is delivered a second time, byte for byte
+    duplicate_rate: float = 0.0  # chance that a webhook POST is delivered again, byte for byte ...
+    duplicate_max: int = 1  # ... 1 to this many more times (Meta's at-least-once delivery repeats itself)
     reorder_rate: float = 0.0  # chance that a message's statuses are posted out of order (e.g. read before sent)
     batch_rate: float = 0.0  # chance that a message's statuses all come in one POST
     webhook_max_batch: int = 1  # statuses waiting for a busy sender may share one POST, up to this many
@@ -70,7 +71,7 @@ def _coerce(name: str, value: Any) -> Any:
         if not _is_number(value) or not 0 <= value <= 1:
             raise ValueError(f"{name} must be a number between 0 and 1")
         return float(value)
-    if name in ("webhook_max_batch", "webhook_max_attempts"):
+    if name in ("webhook_max_batch", "webhook_max_attempts", "duplicate_max"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer")
         return value

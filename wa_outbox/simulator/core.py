@@ -77,7 +77,10 @@ class Simulator:
 
     # --- the send endpoint ------------------------------------------------------------------------------------------
 
-    def handle_send(self, phone_number_id: str, authorization: str | None, raw_body: bytes) -> Reply:
+    def handle_send(self, phone_number_id: str, authorization: str | None, raw_body: bytes,
+                    arrived: tuple[float, float] | None = None) -> Reply:
+        """Answer a send as Meta would. `arrived` (wall clock, monotonic) is when the request came in, which the
+        throughput limits count by; None: now."""
         with self._lock:
             self._requests += 1
             request_index = self._requests
@@ -111,9 +114,9 @@ class Simulator:
         failed_code = rule.params["code"] if rule is not None and rule.mode == "failed_status" else None
         if failed_code is None:  # media Meta cannot fetch: accepted now, `failed` once the download fails
             failed_code = parsed.failure_code
-        received_at = time.time()
+        received_at, arrived_monotonic = arrived if arrived is not None else (time.time(), time.monotonic())
         with self._lock:
-            limited = self._limits.admit(time.monotonic(), phone_number_id, parsed.wa_id, config.mps,
+            limited = self._limits.admit(arrived_monotonic, phone_number_id, parsed.wa_id, config.mps,
                                          config.pair_limit)
             if limited is None:
                 message = {

@@ -2,37 +2,40 @@
 
 - Per business number: more than `mps` accepted messages within the last second -> 130429 (HTTP 400).
 - Per (business number, recipient) pair: more than `pair_limit.messages` within `pair_limit.window_s` -> 131056.
-Both are sliding windows of acceptance times: exact and deterministic, which is what tests of a rate limiter need.
+Both are sliding windows over the arrival times of accepted sends: exact and deterministic, which is what tests of a
+rate limiter need. The time is the request's arrival (read before the simulator parses or validates it, as an edge
+would count), so requests handled by different threads may be admitted slightly out of arrival order: each admission
+checks every window that holds the new arrival, not only the one ending at it.
 Not thread-safe on its own; the simulator calls it under its state lock.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
 
 from .config import PairLimit
 
 
 class ThroughputLimits:
     def __init__(self) -> None:
-        self._by_number: dict[str, deque[float]] = {}
-        self._by_pair: dict[tuple[str, str], deque[float]] = {}
+        self._by_number: dict[str, list[float]] = {}
+        self._by_pair: dict[tuple[str, str], list[float]] = {}
 
     def admit(self, now: float, phone_number_id: str, wa_id: str, mps: float | None,
               pair_limit: PairLimit | None) -> int | None:
-        """Record the send at `now` and return None, or return the error code that refuses it."""
-        number_window = pair_window = None
+        """Record the send that arrived at `now` and return None, or return the error code that refuses it."""
+        number_times = pair_times = None
         if mps is not None:
-            number_window = _window(self._by_number, phone_number_id, now - 1.0)
-            if len(number_window) >= mps:
+            number_times = _times(self._by_number, phone_number_id, now, 1.0)
+            if not _fits(number_times, now, 1.0, mps):
                 return 130429
         if pair_limit is not None:
-            pair_window = _window(self._by_pair, (phone_number_id, wa_id), now - pair_limit.window_s)
-            if len(pair_window) >= pair_limit.messages:
+            pair_times = _times(self._by_pair, (phone_number_id, wa_id), now, pair_limit.window_s)
+            if not _fits(pair_times, now, pair_limit.window_s, pair_limit.messages):
                 return 131056
-        for window in (number_window, pair_window):
-            if window is not None:
-                window.append(now)
+        for times in (number_times, pair_times):
+            if times is not None:
+                bisect.insort(times, now)
         return None
 
     def clear(self) -> None:
@@ -40,11 +43,24 @@ class ThroughputLimits:
         self._by_pair.clear()
 
 
-def _window(windows: dict, key, horizon: float) -> deque[float]:
-    """The acceptance times for `key` after `horizon` (older ones are dropped)."""
-    window = windows.get(key)
-    if window is None:
-        window = windows[key] = deque()
-    while window and window[0] <= horizon:
-        window.popleft()
-    return window
+def _times(windows: dict, key, now: float, width: float) -> list[float]:
+    """The sorted arrival times for `key` (those older than two widths before `now` dropped: none of them can share a
+    window with an arrival this late or later, give or take the slight disorder of concurrent requests)."""
+    times = windows.get(key)
+    if times is None:
+        times = windows[key] = []
+    del times[:bisect.bisect_right(times, now - 2 * width)]
+    return times
+
+
+def _fits(times: list[float], now: float, width: float, limit: float) -> bool:
+    """Whether every window (t - width, t] that would hold `now` holds at most `limit` arrivals with it."""
+    near = times[bisect.bisect_right(times, now - width):bisect.bisect_right(times, now + width)]
+    bisect.insort(near, now)
+    start = 0
+    for end, t in enumerate(near):  # the busiest windows end at an arrival
+        while near[start] <= t - width:
+            start += 1
+        if t >= now and end + 1 - start > limit:
+            return False
+    return True

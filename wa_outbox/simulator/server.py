@@ -14,8 +14,10 @@ import json
 import logging
 import re
 import socket
+import sys
 import struct
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
 from typing import Any
@@ -42,8 +44,8 @@ class SimulatorServer:
             assert len(sim.messages(to="+5511…")) == 1
 
     Keyword arguments beyond the named ones are `SimulatorConfig` fields (status_delays_ms, final_status, mps,
-    pair_limit, duplicate_rate, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A server is
-    started once; `stop()` ends it for good.
+    pair_limit, duplicate_rate, duplicate_max, reorder_rate, batch_rate, validate, …). `port=0` picks a free port. A
+    server is started once; `stop()` ends it for good.
     """
 
     def __init__(self, access_token: str = "dev-access-token", app_secret: str = "dev-app-secret",
@@ -155,6 +157,11 @@ class _Server(ThreadingHTTPServer):
         TCPServer.server_bind(self)  # not HTTPServer's, which resolves the host name (a DNS lookup)
         self.server_name, self.server_port = self.server_address[:2]
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client went away mid-request (a worker killed, a timeout): nothing worth a traceback
+        super().handle_error(request, client_address)
+
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._connections_lock:
             (self._connections.add if open_ else self._connections.discard)(connection)
@@ -187,7 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         """http.server's parse_request without the email-package header parser, a third of the CPU per request.
-        Headers land in a plain dict with lower-case names."""
+        Headers land in a plain dict with lower-case names. The request's arrival is noted first: the throughput
+        limits count by it, as Meta's edge would, not by when this busy process got round to checking the request."""
+        self.arrived = (time.time(), time.monotonic())
         self.command = None
         self.request_version = "HTTP/1.0"  # until the request line says otherwise
         self.requestline = str(self.raw_requestline, "latin-1").rstrip("\r\n")
@@ -234,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         match = SEND_PATH.match(path)
         if method == "POST" and match:
-            reply = simulator.handle_send(match[2], self.headers.get("authorization"), body)
+            reply = simulator.handle_send(match[2], self.headers.get("authorization"), body, self.arrived)
         else:
             reply = _unsupported(method, path)
         if reply.delay_s and self.server.stopping.wait(reply.delay_s):

@@ -6,11 +6,11 @@ Shape: `{"object": "whatsapp_business_account", "entry": [{"id": <WABA id>, "cha
 HMAC-SHA256 of those bytes with the app secret>`, exactly the bytes a receiver must verify.
 
 Delivery is Meta-like where a receiver's correctness depends on it: statuses arrive after the send was answered
-(never inside it), possibly twice (`duplicate_rate`), out of order (`reorder_rate`), several in one POST
-(`batch_rate`; and `webhook_max_batch` when statuses pile up behind a slow receiver), and a POST answered with
-anything but 200 (or not at all) is retried with exponential backoff, a bounded number of times. One scheduler
-thread keeps a heap of due deliveries and hands them to a few sender threads, so a slow receiver never blocks the
-send path.
+(never inside it), possibly again (`duplicate_rate`, 1 to `duplicate_max` more times), out of order (`reorder_rate`),
+several in one POST (`batch_rate`; and `webhook_max_batch` when statuses pile up behind a slow receiver), and a POST
+answered with anything but 200 (or not at all) is retried with exponential backoff, a bounded number of times. One
+scheduler thread keeps a heap of due deliveries and hands them to a few sender threads, so a slow receiver never
+blocks the send path.
 """
 
 from __future__ import annotations
@@ -260,8 +260,11 @@ class WebhookDispatcher:
             if ok:
                 self._stats["delivered"] += 1
                 if not delivery.duplicate and self._rng.random() < config.duplicate_rate:
-                    self._stats["duplicates"] += 1
-                    self._push(time.monotonic() + _DUPLICATE_DELAY_S, _Delivery("", None, delivery.body, 0, True))
+                    copies = self._rng.randint(1, config.duplicate_max) if config.duplicate_max > 1 else 1
+                    self._stats["duplicates"] += copies
+                    for copy in range(copies):
+                        self._push(time.monotonic() + _DUPLICATE_DELAY_S * (copy + 1),
+                                   _Delivery("", None, delivery.body, 0, True))
             elif config.webhook_url and delivery.attempt + 1 < config.webhook_max_attempts:
                 self._stats["failed_attempts"] += 1
                 delay = config.webhook_retry_ms / 1000 * 2 ** delivery.attempt

@@ -7,6 +7,8 @@
 -- Messages still `sending` are left to their worker: their statuses are retried a moment later.
 -- The inputs are already parsed and clamped (worker/_inbound.py: status_entry), so bad fields cannot fail this
 -- statement; if anything else does, the worker bisects the batch to find the one event that fails.
+-- Applying an event again (its worker died after this committed, before the event was marked done) changes nothing:
+-- statuses only move forward, and the timeline already holds that event's entry (by webhook_event_id).
 -- Returns each input event's disposition: applied, retry, or unmatched (not a message this outbox sent).
 WITH s AS (
     SELECT * FROM jsonb_to_recordset(%(statuses)s::jsonb)
@@ -85,6 +87,9 @@ WITH s AS (
            l.correlation_id
     FROM matched m JOIN locked l ON l.id = m.nid
     WHERE l.status <> 'sending' AND m.status <> 'sent'
+      AND NOT EXISTS (  -- applied already by a worker that died before marking the event done: not twice
+          SELECT 1 FROM wa_outbox.notification_events e  -- the message's own events (primary key prefix)
+          WHERE e.notification_id = l.id AND e.detail->>'webhook_event_id' = m.event_id::text)
     ORDER BY m.event_id  -- in the order the webhooks arrived
 )
 SELECT m.event_id, m.nid AS notification_id, m.status,

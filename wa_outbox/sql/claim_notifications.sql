@@ -9,10 +9,12 @@
 --  * pair pacing: per recipient at most %(pair_burst)s at once, then one per %(pair_interval)s s (contacts.
 --    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
 --    their time without burning an attempt;
---  * ask each sender's shared token bucket for the rest (0 while the sender is paused); rows over the grant wait for
---    their token;
---  * the rest become `sending` with this worker's lease, one attempt counted and a `sending` timeline event; their
---    recipients' pacing moves on.
+--  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots: slots 1/rate
+--    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
+--    wait until their slot would come within the horizon;
+--  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
+--    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
+--    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
 WITH candidates AS (
     SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
                    FROM wa_outbox.notifications n
@@ -64,16 +66,18 @@ WITH candidates AS (
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL
 ), grants AS (
-    SELECT s.phone_number_id, g.granted, g.next_token_at, g.mps
+    SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
     FROM (SELECT phone_number_id, count(*)::integer AS wanted FROM free GROUP BY phone_number_id) s,
-         LATERAL wa_outbox.take_tokens(s.phone_number_id, s.wanted, %(default_mps)s) g
-), decided AS (
+         LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
+), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'
                 WHEN f.token_rank <= g.granted THEN 'claim' ELSE 'wait' END AS action,
-           coalesce(p.pair_wait,
-                    g.next_token_at + make_interval(secs => greatest(0, f.token_rank - g.granted - 1) / g.mps))
-               AS wait_until
+           coalesce(p.pair_wait, greatest(now(),
+                    g.slots_from + make_interval(secs => greatest(0, f.token_rank - g.level) / g.refill
+                                                         - CASE WHEN g.paused THEN 0 ELSE %(horizon)s END)))
+               AS wait_until,
+           g.slots_from + make_interval(secs => greatest(0, f.token_rank - g.level) / g.refill) AS send_at
     FROM judged j
     LEFT JOIN paced p ON p.id = j.id
     LEFT JOIN free f ON f.id = j.id
@@ -101,10 +105,11 @@ WITH candidates AS (
 ), claimed AS (
     UPDATE wa_outbox.notifications n
     SET status = 'sending', attempts = n.attempts + 1, locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s), updated_at = now()
+        locked_until = greatest(now(), d.send_at) + make_interval(secs => %(lease_seconds)s), updated_at = now()
     FROM decided d
     WHERE n.id = d.id AND d.action = 'claim'
-    RETURNING n.id, n.phone_number_id, n.recipient, n.message, n.attempts, n.max_attempts, n.correlation_id
+    RETURNING n.id, n.phone_number_id, n.recipient, n.message, n.attempts, n.max_attempts, n.correlation_id,
+              extract(epoch FROM d.send_at)::double precision AS send_at
 ), paced_on AS (  -- each recipient's budget moves one interval per claimed message (in key order: no deadlocks)
     INSERT INTO wa_outbox.contacts AS ct (phone_number_id, wa_id, pair_paced_until)
     SELECT phone_number_id, recipient, now() + make_interval(secs => count(*) * %(pair_interval)s)
@@ -115,11 +120,13 @@ WITH candidates AS (
     SET pair_paced_until = greatest(ct.pair_paced_until, now()) + (excluded.pair_paced_until - now())
 ), events AS (
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
-    SELECT id, 'sending', attempts, jsonb_build_object('worker', %(worker_id)s::text), correlation_id FROM claimed
+    SELECT id, 'sending', attempts, jsonb_build_object('worker', %(worker_id)s::text, 'send_at', send_at),
+           correlation_id
+    FROM claimed
     UNION ALL
     SELECT id, 'dead', attempts, '{"reason": "outside_service_window"}'::jsonb, correlation_id FROM died
 ), woken AS (  -- rows parked took places in this batch: wake the workers (at commit) to claim again at once
     SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )
-SELECT id, phone_number_id, recipient, message, attempts, max_attempts, correlation_id FROM claimed
+SELECT id, phone_number_id, recipient, message, attempts, max_attempts, correlation_id, send_at FROM claimed
 WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: so the wake-up runs even when nothing is claimed

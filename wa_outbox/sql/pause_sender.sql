@@ -1,9 +1,11 @@
 -- Pause a sender (throttled, in maintenance, or blocked until a human acts): every worker's claims grant it no tokens
--- until then. A bucket created here gets the default pacing (burst NULL: see bucket_shape in migration 0003).
+-- until then. A bucket created here gets the default pacing (burst NULL: see bucket_shape in migration 0004).
+-- The bucket is emptied as of its last claim, keeping the send slots other workers reserved ahead (negative tokens)
+-- on the schedule: a pause lifted early (`ratelimit resume`) never hands those moments out twice.
 -- Safe to repeat: the pause is the later of the two.
 INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens, paused_until, pause_reason)
 VALUES (%(phone_number_id)s, %(default_mps)s, NULL, 0,
         now() + make_interval(secs => %(seconds)s), %(reason)s)
 ON CONFLICT (phone_number_id) DO UPDATE
 SET paused_until = greatest(r.paused_until, excluded.paused_until), pause_reason = excluded.pause_reason,
-    tokens = 0, updated_at = now()
+    tokens = least(r.tokens, 0), updated_at = now()

@@ -20,6 +20,7 @@ class Claimed:
     attempts: int
     max_attempts: int | None  # the row's own limit; None: the retry policy's
     correlation_id: str | None
+    send_at: float | None = None  # its send slot (seconds since the epoch, the database's clock); None: at once
 
 
 def request_body(row: Claimed) -> dict[str, Any]:
@@ -59,6 +60,12 @@ def outcome(row: Claimed, decision: Decision, policy: RetryPolicy, elapsed_ms: f
     return _entry(row, S.QUEUED, E.RETRY_SCHEDULED,
                   {**detail, "reason": decision.reason, "code": decision.code, "retry_in_s": round(delay, 3)},
                   error=error, delay=delay)
+
+
+def released(row: Claimed, reason: str, delay: float) -> dict[str, Any]:
+    """The record_outcomes entry for a claimed row given back before its send slot: queued again, due in `delay`
+    seconds, its attempt given back (it never went on the wire)."""
+    return _entry(row, S.QUEUED, E.RELEASED, {"reason": reason}, delay=delay, refund=True)
 
 
 def _entry(row: Claimed, status: str, event: str, detail: dict, *, wamid: str | None = None,

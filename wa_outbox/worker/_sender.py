@@ -1,8 +1,15 @@
-"""The outbound pipeline of one worker: claim due messages into free send slots, send them concurrently through one
+"""The outbound pipeline of one worker: claim due messages into free send threads, send them concurrently through one
 pooled HTTP session, and record their outcomes in batches.
 
-Claiming only as many rows as there are free slots means every claimed row goes on the wire at once: nothing sits
-claimed-but-unsent behind a busy thread, so the lease covers exactly the sends in flight.
+Pacing: a claim reserves each row's send slot from its sender's schedule, shared by every worker (reserve_slots,
+migration 0004): slots 1/rate apart, at most SLOT_HORIZON seconds ahead. Each row's thread sleeps until its slot and
+sends then, so the spacing at Meta's end is the slot spacing plus a small, nearly constant delay, whatever the claim
+latency. Slots are in the database's time; the worker converts them with its estimate of the clock offset
+(database_clock.sql). A row still waiting for its slot is given back unsent (queued, attempt not counted) when its
+sender is throttled or paused from this worker, or when the worker stops.
+
+Claiming only as many rows as there are free threads means every claimed row has its thread at once: the lease
+(counted from the slot) covers exactly the sends waiting or in flight.
 
 A claim is never repeated blindly (its reply may be lost after its COMMIT). Instead the Sender tracks the ids it
 holds (claimed and handed to a send thread, until their outcome is recorded); after a claim fails, it gives back
@@ -14,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +33,7 @@ from ..metrics import WorkerMetrics
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
-from ._outcomes import Claimed, outcome, request_body
+from ._outcomes import Claimed, outcome, released, request_body
 from ._transport import Transport
 
 log = logging.getLogger("wa_outbox.worker")
@@ -33,6 +41,20 @@ log = logging.getLogger("wa_outbox.worker")
 _PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
                   Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+# Send slots are reserved at most this far ahead. Long enough for a claim to take many slots and for workers to come
+# back well before the schedule runs dry (they come back when the next free slot is half a horizon away); short
+# enough that a throttled sender has few sends already scheduled on other workers.
+SLOT_HORIZON = 0.5
+# The first slot a claim reserves is this far ahead (at most one slot interval: reserve_slots): the claim's own
+# latency (the rest of the statement, its commit, the reply), so its rows reach their threads before their slot
+# even on a busy machine. An idle sender's first message waits this long; a busy sender's schedule is ahead anyway.
+SLOT_LEAD = 0.05
+# A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
+# late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
+# which Meta refuses with 130429 and a pause of seconds; a slot left unused costs 1/rate. (A row whose claim answered
+# after its slot had passed, a claim slower than SLOT_LEAD, goes at once: giving it back would only repeat that.)
+LATE_SEND_LIMIT = 0.010
+CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
 
 
 def describe_outcome(entry: dict, attempt: int) -> str:
@@ -57,9 +79,18 @@ def one_line(exc: BaseException) -> str:
 
 
 def claim_pacing(settings: Settings) -> dict:
-    """The claim's per-recipient parameters: pair pacing and the 24-hour window rule."""
-    return {"pair_interval": settings.pair_rate_seconds, "pair_burst": settings.pair_burst,
-            "enforce_window": settings.service_window == "enforce"}
+    """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule."""
+    return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds,
+            "pair_burst": settings.pair_burst, "enforce_window": settings.service_window == "enforce"}
+
+
+def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.0) -> float:
+    """The database's clock minus ours, from (sent, database time, received) samples. The sample with the shortest
+    round trip bounds it: the database read its clock between sent and received. The previous estimate is kept while
+    it lies within those bounds (on one machine, 0 for good, however slow the round trips of a busy moment), else
+    the nearest bound is taken."""
+    sent, theirs, received = min(samples, key=lambda s: s[2] - s[0])
+    return min(max(previous, theirs - received), theirs - sent)
 
 
 class Sender:
@@ -79,9 +110,17 @@ class Sender:
         self._release_pending = False           # a claim failed: its rows may be ours, unsent
         self._failures = 0                      # consecutive failed claims (or releases), for the backoff
         self._due_not_claimed = 0               # consecutive short claims with a message due now (_next_claim_in)
-        self._outcomes: queue.Queue[tuple[Claimed, Decision, dict]] = queue.Queue()
+        self._outcomes: queue.Queue[tuple[Claimed, Decision | None, dict]] = queue.Queue()  # None: released unsent
+        self._slots = threading.Condition()     # wakes rows waiting for their slot: a halt, or stopping
+        self._halted: dict[str, tuple[float, float]] = {}  # sender -> (halted at, until), time.monotonic()
+        self._releasing = False                 # stopping: rows still waiting for their slot go back unsent
+        self._clock_offset = 0.0                # the database's clock minus ours (seconds)
+        self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
-        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0}
+        # A send thread whose slot has come must get the interpreter soon: by default another busy thread (a
+        # response being parsed, the recorder) may hold it up to 5 ms, a third of the schedule's margin.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0, "released": 0}
 
     # --- producer (runs on the worker's main thread) ------------------------------------------------------------
 
@@ -95,8 +134,11 @@ class Sender:
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
                 try:
+                    if time.monotonic() - self._clock_checked >= CLOCK_CHECK_INTERVAL:
+                        self.check_clock()
                     if self._release_pending:
                         self.release_unsent_claims()
+                    claim_started = time.monotonic()
                     rows = self._claim(free)
                 except Exception as exc:  # noqa: BLE001 - the database is away: wait and try again
                     # The claim may have committed with its reply lost: give its rows back before claiming again.
@@ -110,21 +152,31 @@ class Sender:
                     continue
                 self._failures = 0
                 for row in rows:
-                    self._start(row)
+                    self._start(row, claim_started)
                 if len(rows) == free:
                     continue  # there is probably more: claim again as slots free up
                 self.wake.wait(self._next_claim_in())
                 continue
             self.wake.wait(self.settings.poll_interval)
 
+    def check_clock(self) -> None:
+        """Estimate how far the database's clock is from ours (send slots are in its time)."""
+        samples = []
+        for _ in range(5):
+            sent = time.time()
+            theirs = db.fetch(self.engine, "database_clock")[0]["now"]
+            samples.append((sent, theirs, time.time()))
+        self._clock_offset = clock_offset(samples, self._clock_offset)
+        self._clock_checked = time.monotonic()
+
     def _next_claim_in(self) -> float:
-        """Seconds to wait after a claim that left slots free: until the next queued message is due and its sender
-        has a token (next_claim_in.sql), at most the poll interval. The bucket holds barely more than one token, so
-        claiming on time is what reaches the rate. Due now yet not ours (another worker holds it): a short wait,
-        doubling while that lasts."""
+        """Seconds to wait after a claim that left threads free: until the next queued message is due and its
+        sender's next free slot is half a horizon away (next_claim_in.sql), at most the poll interval: a claim then
+        takes about half a horizon of slots, and the sender's schedule never runs dry while messages wait. Due now
+        yet not ours (another worker holds it): a short wait, doubling while that lasts."""
         poll = self.settings.poll_interval
         try:
-            rows = db.fetch(self.engine, "next_claim_in")
+            rows = db.fetch(self.engine, "next_claim_in", {"horizon": SLOT_HORIZON / 2})
         except Exception:  # noqa: BLE001 - the next claim reports the database's trouble
             return poll
         wait = rows[0]["wait_seconds"] if rows else None
@@ -162,11 +214,11 @@ class Sender:
                         len(released), extra={"notification_ids": released[:100]})
         return released
 
-    def _start(self, row: Claimed) -> None:
+    def _start(self, row: Claimed, claim_started: float | None = None) -> None:
         with self._lock:
             self._in_flight += 1
             self._held.add(row.id)
-        self._executor.submit(self._send, row)
+        self._executor.submit(self._send, row, time.monotonic() if claim_started is None else claim_started)
 
     @property
     def in_flight(self) -> int:
@@ -175,7 +227,45 @@ class Sender:
 
     # --- a send (runs on a send thread) --------------------------------------------------------------------------
 
-    def _send(self, row: Claimed) -> None:
+    def _wait_for_slot(self, row: Claimed, claim_started: float) -> tuple[str, float] | None:
+        """Sleep until the row's send slot. None: send it now. Or (why, seconds): give it back unsent, due again in
+        that many seconds: its sender was halted after it was claimed (throttled or paused: the rest of its
+        schedule would draw the same answer), the worker is stopping, or it woke too late for its slot."""
+        deadline = time.monotonic()
+        if row.send_at is not None:
+            deadline += row.send_at - self._clock_offset - time.time()
+        waited = deadline > time.monotonic()
+        with self._slots:
+            while True:
+                if self._releasing:
+                    return "the worker stopped before its send slot", 0.0
+                halt = self._halted.get(row.phone_number_id)
+                if halt is not None and halt[0] >= claim_started:
+                    return "its sender was throttled or paused before its send slot", \
+                        max(0.0, halt[1] - time.monotonic())
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if waited and -left > LATE_SEND_LIMIT:
+                        return f"woke {-left * 1000:.0f} ms after its send slot (too late to keep the rate)", 0.0
+                    return None
+                self._slots.wait(left)
+
+    def _halt(self, sender: str, seconds: float) -> None:
+        """Rows of `sender` from claims this worker started until now, still waiting for their slot, go back unsent.
+        (A claim started later sees the sender's pause, once it is committed, and reserves nothing.)"""
+        now = time.monotonic()
+        with self._slots:
+            self._halted[sender] = (now, now + seconds)
+            self._slots.notify_all()
+
+    def _send(self, row: Claimed, claim_started: float) -> None:
+        give_back = self._wait_for_slot(row, claim_started)
+        if give_back is not None:
+            self._outcomes.put((row, None, released(row, *give_back)))
+            with self._lock:
+                self._in_flight -= 1
+            self.wake.set()
+            return
         try:
             result = self.transport.send(row.phone_number_id, request_body(row))
             decision = classify(result)
@@ -184,6 +274,8 @@ class Sender:
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
         else:
             self.metrics.observe_send(result.elapsed_ms / 1000)
+        if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
+            self._halt(row.phone_number_id, decision.wait_seconds or 1.0)  # at once; again once the pause is in
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
             try:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
@@ -210,8 +302,8 @@ class Sender:
             elif done.is_set() and self.in_flight == 0 and self._outcomes.empty():
                 return
 
-    def _drain(self, timeout: float, most: int = 1000, linger: float = 0.01) -> list[tuple[Claimed, Decision,
-                                                                                            dict]]:
+    def _drain(self, timeout: float, most: int = 1000,
+               linger: float = 0.01) -> list[tuple[Claimed, Decision | None, dict]]:
         """The outcomes waiting, after lingering briefly for more: one statement records many sends."""
         try:
             batch = [self._outcomes.get(timeout=timeout)]
@@ -225,7 +317,7 @@ class Sender:
                 break
         return batch
 
-    def _record(self, batch: list[tuple[Claimed, Decision, dict]]) -> None:
+    def _record(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
@@ -255,6 +347,8 @@ class Sender:
         db.execute(self.engine, "pause_sender", {
             "phone_number_id": row.phone_number_id, "seconds": decision.wait_seconds or 1.0,
             "reason": decision.reason, "default_mps": self.settings.rate_limit_mps})
+        # Claims started before the pause was committed may have reserved slots for this sender meanwhile.
+        self._halt(row.phone_number_id, decision.wait_seconds or 1.0)
         (log.error if decision.alert else log.warning)(
             "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
@@ -271,7 +365,12 @@ class Sender:
                              "notification_id": row.id, "parked": campaign["moved"],
                              "phone_number_id": row.phone_number_id, "correlation_id": row.correlation_id})
 
-    def _log(self, row: Claimed, decision: Decision, entry: dict) -> None:
+    def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
+        if decision is None:  # given back before its slot: no send to count
+            self.stats["released"] += 1
+            log.info("message %s released unsent: %s", row.id, entry["detail"]["reason"],
+                     extra={"notification_id": row.id, "correlation_id": row.correlation_id})
+            return
         status = entry["status"]
         key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
             status, "throttled" if entry.get("refund") else "retry")
@@ -289,7 +388,11 @@ class Sender:
     # --- shutdown ----------------------------------------------------------------------------------------------------
 
     def drain(self, grace_seconds: float) -> int:
-        """Wait for in-flight sends to finish; return how many are still running when the grace is up."""
+        """Give back the rows still waiting for their send slot, wait for in-flight sends to finish; return how many
+        are still running when the grace is up."""
+        with self._slots:
+            self._releasing = True
+            self._slots.notify_all()
         deadline = time.monotonic() + grace_seconds
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
