@@ -9,7 +9,7 @@ redeliveries of earlier ones). Prints req/s, p50 and p99 latency, the ratio rece
 100 updates per POST in changes/s. Durable: synchronous_commit stays on.
 
 Also measured in each run: the CPU time per POST of the gunicorn workers, the Postgres backends and wrk (from
-/proc), and, with --profile (needs py-spy: `.venv/bin/pip install py-spy`), where the receiver's workers spend
+/proc), and, with --profile (needs py-spy, in the `bench` extra), where the receiver's workers spend
 their Python time, from a separate py-spy run (samples holding the GIL, so only CPU time) after the measured ones.
 """
 
@@ -169,7 +169,7 @@ def profile(master: subprocess.Popen, port: int, bodies: Path, seconds: int, con
     each counted once, under the first step of PROFILE_STEPS its stack passes through. Percent of all samples."""
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
-        raise SystemExit("--profile needs py-spy (.venv/bin/pip install py-spy)")
+        raise SystemExit("--profile needs py-spy (pip install -e '.[bench]')")
     raw = bodies.parent / "profile.txt"
     load = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{seconds + 3}s", "-s",
                              str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
