@@ -43,7 +43,7 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("claim", "claim.py", (), ("--n", "1000", "--waiting", "2000")),
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
-    Bench("webhooks", "webhooks.py", (), ("--duration", "3")),
+    Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
     Bench("outbox", "outbox.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
     Bench("history", "history.py", (), ("--quick",)),

@@ -1,12 +1,16 @@
 """Webhook receiver benchmark: the real receiver against a bare Flask endpoint, same gunicorn settings, same load.
 
-    python bench/webhooks.py [--duration 10] [--connections 32]
+    python bench/webhooks.py [--duration 10] [--connections 32] [--profile] [--json PATH]
 
 Starts gunicorn twice with wa_outbox/gunicorn_conf.py — once serving bench/bare_app.py (answers 200, reads the body),
 once serving the real receiver on real Postgres (DATABASE_URL, else the embedded one; a scratch database is created
 and dropped) — and drives both with wrk using signed, realistic payloads (text messages and statuses, 20 % of POSTs
 redeliveries of earlier ones). Prints req/s, p50 and p99 latency, the ratio receiver/bare, and a batched case of
 100 updates per POST in changes/s. Durable: synchronous_commit stays on.
+
+Also measured in each run: the CPU time per POST of the gunicorn workers, the Postgres backends and wrk (from
+/proc), and, with --profile (needs py-spy, in the `bench` extra), where the receiver's workers spend
+their Python time, from a separate py-spy run (samples holding the GIL, so only CPU time) after the measured ones.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -31,6 +36,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._results import add_json_argument, write  # noqa: E402
 from wa_outbox import migrate  # noqa: E402
 from wa_outbox.config import normalize_database_url  # noqa: E402
 from wa_outbox.db import embedded_database_url  # noqa: E402
@@ -99,16 +105,104 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def run_wrk(port: int, bodies: Path, duration: int, connections: int) -> dict:
-    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s",
-                          str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
-                         env={**os.environ, "BODIES_FILE": str(bodies)}, capture_output=True, text=True,
-                         check=True).stdout
+def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: subprocess.Popen | None = None) -> dict:
+    """One wrk run; with `server` (the gunicorn master), also the CPU seconds per POST of its workers, of the Postgres
+    backends of the bench's database and of wrk, over the run."""
+    wrk = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s",
+                            str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
+                           env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.PIPE, text=True)
+    cpu_before = _cpu_by_process(server.pid) if server else None
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out, _ = wrk.communicate()
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # wrk: the only child that ended meanwhile
+    cpu_after = _cpu_by_process(server.pid, final=cpu_before) if server else None
+    if cpu_after is not None:
+        cpu_after["wrk"] = (children_after.ru_utime + children_after.ru_stime - children_before.ru_utime
+                            - children_before.ru_stime)
+    if wrk.returncode:
+        raise SystemExit(f"wrk failed: {out}")
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-            "p50": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-            "p99": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
-            "errors": int(non2xx.group(1)) if non2xx else 0}
+    result = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+              "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+              "p50": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+              "p99": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+              "percentiles_ms": [[float(p), int(us) / 1000] for p, us in re.findall(r"^PCT (\S+) (\d+)$", out, re.M)],
+              "errors": int(non2xx.group(1)) if non2xx else 0}
+    if cpu_after is not None:
+        result["cpu_ms_per_post"] = {k: round(v * 1000 / result["requests"], 4) for k, v in cpu_after.items()}
+    return result
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_by_process(master: int, final: dict | None = None) -> dict[str, float]:
+    """CPU seconds used so far by gunicorn's workers and the bench database's Postgres backends (every backend whose
+    command line names the database: WAL writing in other processes is not counted); with `final`, the difference
+    since that earlier reading (a process that ended in between is lost: none does)."""
+    used = {"gunicorn workers": 0.0, "postgres backends": 0.0}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        parent, ticks = int(fields[1]), int(fields[11]) + int(fields[12])
+        if parent == master:
+            used["gunicorn workers"] += ticks / _TICK
+        elif command.startswith("postgres:") and _BENCH_DATABASE and f" {_BENCH_DATABASE} " in command:
+            used["postgres backends"] += ticks / _TICK
+    if final is None:
+        return used
+    return {k: used[k] - final[k] for k in used}
+
+
+_BENCH_DATABASE = ""  # set by main(): the scratch database's name, to find its backends
+
+
+def profile(master: subprocess.Popen, port: int, bodies: Path, seconds: int, connections: int) -> dict[str, float]:
+    """Where gunicorn's workers spend their Python CPU time under load: py-spy samples (only those holding the GIL),
+    each counted once, under the first step of PROFILE_STEPS its stack passes through. Percent of all samples."""
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if py_spy is None:
+        raise SystemExit("--profile needs py-spy (pip install -e '.[bench]')")
+    raw = bodies.parent / "profile.txt"
+    load = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{seconds + 3}s", "-s",
+                             str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
+                            env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.DEVNULL)
+    time.sleep(1)
+    subprocess.run([py_spy, "record", "--pid", str(master.pid), "--subprocesses", "--gil", "--nonblocking",
+                    "--format", "raw", "--nolineno", "--rate", "200", "--duration", str(seconds), "--output", str(raw)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    load.wait()
+    samples: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        step = next((name for name, marks in PROFILE_STEPS if any(m in stack for m in marks)), "other")
+        samples[step] = samples.get(step, 0) + int(n)
+    total = sum(samples.values()) or 1
+    return {name: round(100 * samples.get(name, 0) / total, 1) for name, _ in (*PROFILE_STEPS, ("other", ()))}
+
+
+# A stack belongs to the first step it passes through (py-spy's frames read "[Class.]function (file)"; every
+# request enters through Flask.__call__, which calls the fast path: Flask's own cycle is Flask.wsgi_app).
+PROFILE_STEPS = (
+    ("signature (HMAC-SHA256 of the body)", ("verify_signature (wa_outbox/webhooks.py)",)),
+    ("JSON parse", ("_parse (wa_outbox/webhooks.py)",)),
+    ("split into events, dedup keys", ("split_payload (wa_outbox/webhooks.py)",)),
+    ("sanitize", ("_sanitized (wa_outbox/webhooks.py)",)),
+    ("rows to one JSON parameter", ("_serialize (wa_outbox/webhook_store.py)",)),
+    ("INSERT: pool checkout, psycopg, wait", ("fetch (wa_outbox/db.py)",)),
+    ("metrics (prometheus_client)", ("prometheus_client", "prometheus_flask_exporter")),
+    ("group commit (queueing, handing over)", ("wa_outbox/webhook_store.py",)),
+    ("Flask request cycle (not taken by stored POSTs)", ("Flask.wsgi_app (flask/app.py)",)),
+    ("fast path: read body, answer", ("wa_outbox/web/webhook_views.py",)),
+    ("gunicorn: accept, parse HTTP, write, keep-alive", ("gunicorn/",)),
+)
 
 
 def _ms(text: str) -> float:
@@ -120,16 +214,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--profile", action="store_true", help="also profile the receiver's workers with py-spy")
+    add_json_argument(parser)
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
 
     server = normalize_database_url(os.environ["DATABASE_URL"]) if os.environ.get("DATABASE_URL") \
         else embedded_database_url(ROOT / ".wa-outbox")
-    dbname = f"wa_outbox_bench_{uuid.uuid4().hex[:8]}"
+    global _BENCH_DATABASE
+    dbname = _BENCH_DATABASE = f"wa_outbox_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{dbname}"')
-        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+        sync, version = (conn.execute(f"SHOW {name}").fetchone()[0] for name in ("synchronous_commit",
+                                                                                  "server_version"))
     from urllib.parse import urlsplit, urlunsplit
     url = urlunsplit(urlsplit(server)._replace(path=f"/{dbname}"))
     migrate.upgrade(url)
@@ -141,17 +239,24 @@ def main() -> None:
     random.seed(7)
     write_bodies(single, 60_000, per_post=1)
     write_bodies(batched, 3_000, per_post=100)
-    print(f"gunicorn: WEB_CONCURRENCY={env.get('WEB_CONCURRENCY', 2)} x WA_OUTBOX_WEB_THREADS="
-          f"{env.get('WA_OUTBOX_WEB_THREADS', 4)} gthread; wrk -t2 -c{args.connections} -d{args.duration}s; "
-          f"postgres synchronous_commit={sync}; {os.cpu_count()} cores shared by all")
+    from wa_outbox.config import Settings
+    web = Settings.from_env(env)
+    facts = (f"gunicorn: WEB_CONCURRENCY={web.web_concurrency} x WA_OUTBOX_WEB_THREADS={web.web_threads} gthread; "
+             f"wrk -t2 -c{args.connections} -d{args.duration}s; PostgreSQL {version}, synchronous_commit={sync}; "
+             f"{os.cpu_count()} cores shared by gunicorn, Postgres and wrk")
+    print(facts)
     results = {}
+    profiles = {}
     try:
         for name, app, port in (("bare", "bench.bare_app:app", PORT_BARE), ("receiver", "wsgi:app", PORT_REAL)):
             proc = start_gunicorn(app, port, env)
             try:
                 run_wrk(port, single, 2, args.connections)  # warm-up (imports, pools, prepared statements)
-                results[name, 1] = run_wrk(port, single, args.duration, args.connections)
-                results[name, 100] = run_wrk(port, batched, args.duration, args.connections)
+                results[name, 1] = run_wrk(port, single, args.duration, args.connections, proc)
+                results[name, 100] = run_wrk(port, batched, args.duration, args.connections, proc)
+                if args.profile and name == "receiver":
+                    for per_post, bodies in ((1, single), (100, batched)):
+                        profiles[per_post] = profile(proc, port, bodies, min(args.duration, 10), args.connections)
             finally:
                 stop(proc)
         with psycopg.connect(url) as conn:
@@ -171,6 +276,66 @@ def main() -> None:
         ratio = results["receiver", per_post]["rps"] / results["bare", per_post]["rps"]
         print(f"{'  ratio receiver / bare':<34}{ratio:>10.2f}")
     print(f"rows stored in webhook_events: {stored}")
+    cpu_names = ("gunicorn workers", "postgres backends", "wrk")
+    print(f"\nCPU ms per POST{'':<19}" + "".join(f"{n:>19}" for n in cpu_names))
+    for per_post in (1, 100):
+        for name in ("bare", "receiver"):
+            cpu = results[name, per_post].get("cpu_ms_per_post", {})
+            print(f"{name + f' ({per_post}/POST)':<34}" + "".join(f"{cpu.get(n, 0):>19.3f}" for n in cpu_names))
+    if profiles:
+        print(f"\nwhere the receiver's workers spend their Python CPU time (py-spy, GIL held), % of samples")
+        for step in profiles[1]:
+            print(f"  {step:<50}{profiles[1][step]:>7.1f}{profiles[100][step]:>7.1f}")
+    write(args.json, "webhooks", _json_results(results, profiles, stored), facts=facts)
+
+
+def _by_nines(percentiles: list) -> list:
+    """[[percentile, ms], ...] as [[1 / (1 - percentile), ms], ...]: the tail spread out on a log axis."""
+    return [[round(100 / (100 - p)), ms] for p, ms in percentiles if p < 100]
+
+
+def _json_results(results: dict, profiles: dict, stored: int) -> dict:
+    """The results as bench/report.py reads them: headline rows, a latency plot, tables."""
+    bare1, real1, bare100, real100 = (results["bare", 1], results["receiver", 1], results["bare", 100],
+                                      results["receiver", 100])
+    ratio = real1["rps"] / bare1["rps"]
+    headline = [
+        {"what": "webhook ingest, 1 update/POST", "unit": "req/s", "value": round(real1["rps"]),
+         "reference": round(bare1["rps"]), "reference_name": "bare Flask endpoint, same gunicorn",
+         "ratio": round(ratio, 2), "goal": ">= 0.50 of the reference", "met": ratio >= 0.5},
+        {"what": "webhook ingest p99 latency, 1 update/POST", "unit": "ms", "value": real1["p99"],
+         "reference": bare1["p99"], "reference_name": "bare Flask endpoint, same gunicorn",
+         "ratio": round(real1["p99"] / bare1["p99"], 2) if bare1["p99"] else None, "goal": "<= 50 ms",
+         "met": real1["p99"] <= 50},
+        {"what": "webhook ingest, 100 updates/POST", "unit": "updates/s", "value": round(real100["rps"] * 100),
+         "reference": round(bare100["rps"] * 100), "reference_name": "bare Flask endpoint, same gunicorn, same bodies",
+         "ratio": round(real100["rps"] / bare100["rps"], 2), "goal": ">= 50,000 updates/s",
+         "met": real100["rps"] * 100 >= 50_000},
+    ]
+    plots = [{"name": f"webhooks-latency-{n}", "title": f"Webhook POST latency percentiles, {n} update(s)/POST",
+              "x_label": "1 / (1 - percentile): 2 = p50, 100 = p99, 1,000 = p99.9", "y_label": "latency (ms)",
+              "kind": "line", "x_scale": "log",
+              "series": {label: _by_nines(results[name, n]["percentiles_ms"])
+                         for label, name in (("wa-outbox receiver", "receiver"), ("bare Flask endpoint", "bare"))}}
+             for n in (1, 100)]
+    tables = [{"title": "Webhook ingest: both cases, same gunicorn settings",
+               "columns": ["case", "req/s", "updates/s", "p50 ms", "p99 ms", "non-2xx"],
+               "rows": [[f"{'bare Flask endpoint' if name == 'bare' else 'wa-outbox receiver'} ({n}/POST)",
+                         round(results[name, n]["rps"]), round(results[name, n]["rps"] * n), results[name, n]["p50"],
+                         results[name, n]["p99"], results[name, n]["errors"]]
+                        for n in (1, 100) for name in ("bare", "receiver")]},
+              {"title": "CPU time per POST by process (ms), measured over each run",
+               "columns": ["case", "gunicorn workers", "postgres backends", "wrk"],
+               "rows": [[f"{name} ({n}/POST)", *(results[name, n].get("cpu_ms_per_post", {}).get(k)
+                                                  for k in ("gunicorn workers", "postgres backends", "wrk"))]
+                        for n in (1, 100) for name in ("bare", "receiver")]}]
+    if profiles:
+        tables.append({"title": "Where the receiver's gunicorn workers spend their Python CPU time "
+                                "(py-spy samples holding the GIL, % of all)",
+                       "columns": ["step", "1 update/POST", "100 updates/POST"],
+                       "rows": [[step, profiles[1][step], profiles[100][step]] for step in profiles[1]]})
+    return {"headline": headline, "plots": plots, "tables": tables, "rows_stored": stored,
+            "runs": {f"{name}_{n}": results[name, n] for (name, n) in results}}
 
 
 if __name__ == "__main__":

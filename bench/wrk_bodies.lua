@@ -23,3 +23,10 @@ function request()
   counter = counter + 1
   return requests[(counter % #requests) + 1]
 end
+
+-- Latency percentiles for bench/webhooks.py's plot, one "PCT <percentile> <microseconds>" line each.
+function done(summary, latency, requests)
+  for _, p in ipairs({50, 75, 90, 95, 99, 99.9, 99.99}) do
+    io.write(string.format("PCT %g %d\n", p, latency:percentile(p)))
+  end
+end

@@ -156,6 +156,11 @@ def normalize_database_url(raw: str) -> str:
     return url
 
 
+# Connections per web process when WA_OUTBOX_DB_POOL_SIZE is unset: the webhook receiver needs one (its POSTs share
+# each INSERT), the API one per concurrent request; small Postgres plans allow ~20 connections in all.
+DEFAULT_WEB_POOL_SIZE = 4
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
@@ -170,8 +175,10 @@ class Settings:
     log_level: str = "INFO"
     webhook_max_bytes: int = 6 * 1024 * 1024  # Meta sends up to 3 MB; twice that for margin
     web_concurrency: int = 2
-    web_threads: int = 4
-    db_pool_size: int = 0  # 0: sized to the process's concurrency
+    # Webhook POSTs waiting for a commit are coalesced into the next INSERT (webhook_store.py): more threads, more
+    # POSTs per commit (the commit's flush, not the CPU, bounded it at 4: bench/webhooks.py).
+    web_threads: int = 16
+    db_pool_size: int = 0  # 0: one per thread, at most DEFAULT_WEB_POOL_SIZE
     data_dir: str = ".wa-outbox"
     # worker
     worker_concurrency: int = 16          # sends in flight per worker process (threads)
@@ -219,7 +226,7 @@ class Settings:
             webhook_max_bytes=_parse(env, "WA_OUTBOX_WEBHOOK_MAX_BYTES", 6 * 1024 * 1024, _positive_int,
                                      "a positive number of bytes"),
             web_concurrency=_parse(env, "WEB_CONCURRENCY", 2, _positive_int, "a positive number of processes"),
-            web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 4, _positive_int, "a positive number of threads"),
+            web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 16, _positive_int, "a positive number of threads"),
             db_pool_size=_parse(env, "WA_OUTBOX_DB_POOL_SIZE", 0, _positive_int, "a positive number of connections"),
             data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
             worker_concurrency=_parse(env, "WA_OUTBOX_WORKER_CONCURRENCY", 16, _positive_int,

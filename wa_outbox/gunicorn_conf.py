@@ -7,6 +7,8 @@ import os
 import sys
 import tempfile
 
+from gunicorn.glogging import Logger
+
 from wa_outbox.config import ConfigError, Settings
 from wa_outbox.logs import choose_format
 
@@ -18,7 +20,7 @@ except ConfigError as _exc:
 
 bind = os.environ.get("WA_OUTBOX_BIND") or f"0.0.0.0:{_settings.port}"
 workers = _settings.web_concurrency          # Heroku sets WEB_CONCURRENCY from the dyno size
-threads = _settings.web_threads              # gthread: keep-alive, and a request thread per pooled connection
+threads = _settings.web_threads              # gthread: keep-alive; webhook POSTs waiting on a commit share the next one
 worker_class = "gthread"
 timeout = 30
 graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after SIGTERM
@@ -40,6 +42,18 @@ logconfig_dict = {
     "loggers": {"gunicorn.error": {"handlers": ["stdout"], "level": _settings.log_level, "propagate": False},
                 "gunicorn.access": {"handlers": [], "propagate": False}},
 }
+
+
+class AccessLogOnlyWhenAsked(Logger):
+    """gunicorn's logger, minus the access line it builds for every request (and drops: no handler) whenever
+    logconfig_dict is set, as above, even with accesslog = None — a few percent of a webhook POST's CPU."""
+
+    def access(self, resp, req, environ, request_time):
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)
+
+
+logger_class = AccessLogOnlyWhenAsked
 
 # Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode).
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-outbox-metrics-"))

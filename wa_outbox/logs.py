@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import sys
+import uuid
 from typing import TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
 correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("correlation_id", default=None)
+
+_USABLE_CORRELATION_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
+
+
+def correlation_id_of(given: str) -> str:
+    """A request's correlation id: the caller's X-Correlation-Id when it is usable, else a new one."""
+    return given if _USABLE_CORRELATION_ID.fullmatch(given) else uuid.uuid4().hex
 
 events = logging.getLogger("wa_outbox.events")  # the per-event narrative (see the module's docstring)
 

@@ -22,6 +22,7 @@ import logging
 import threading
 from typing import Iterable
 
+import orjson
 import psycopg
 import sqlalchemy as sa
 
@@ -73,7 +74,12 @@ class _Pending:
             if e.dead_reason:
                 row.update(st=WebhookEventStatus.DEAD.value, err=e.dead_reason)
             rows.append(row)
-        return json.dumps(rows, separators=(",", ":"), allow_nan=False)[1:-1]
+        # orjson: a fifth of json.dumps's time, which was the largest part of a 100-update POST's CPU. It would write
+        # NaN as null, but none gets here: the parser keeps non-finite numbers as their text (webhooks.py).
+        try:
+            return orjson.dumps(rows)[1:-1].decode()
+        except TypeError:  # what orjson does not write (an int past 64 bits, nesting past 254): as json writes it
+            return json.dumps(rows, separators=(",", ":"), allow_nan=False)[1:-1]
 
 
 class WebhookStore:

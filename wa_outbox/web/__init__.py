@@ -6,9 +6,7 @@ import datetime
 import hmac
 import logging
 import os
-import re
 import time
-import uuid
 
 import psycopg
 import sqlalchemy as sa
@@ -16,13 +14,10 @@ from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
 
 from .. import db, logs, metrics
-from ..config import Settings
+from ..config import DEFAULT_WEB_POOL_SIZE, Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
 from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
-
-_CORRELATION_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
-
 
 def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: bool = True) -> Flask:
     """The web app. `engine`, if given, must be in autocommit mode. `metrics=False` for a second app in one process
@@ -35,7 +30,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     # autocommit: no BEGIN/COMMIT round trips, no isolation level switched per checkout.
     app.extensions["wa_outbox.engine"] = engine or create_engine(
         settings.database_url,
-        pool_size=settings.db_pool_size or settings.web_threads,  # one connection per request thread
+        pool_size=settings.db_pool_size or min(settings.web_threads, DEFAULT_WEB_POOL_SIZE),
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
     )
@@ -43,8 +38,9 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
 
     @app.before_request
     def _correlation_id() -> None:
-        given = request.headers.get("X-Correlation-Id", "")
-        g.correlation_id = given if _CORRELATION_ID.fullmatch(given) else uuid.uuid4().hex
+        # the webhook fast path hands over a request with the id it already chose (and logged under)
+        g.correlation_id = (request.environ.get(webhook_views.CORRELATION_ID_KEY)
+                            or logs.correlation_id_of(request.headers.get("X-Correlation-Id", "")))
         logs.correlation_id.set(g.correlation_id)
         g.started = time.perf_counter()
 
@@ -65,7 +61,8 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     ops_views.install(app)
     app.register_blueprint(campaign_views.blueprint)
     app.json = _IsoJSONProvider(app)
-    _install_metrics(app, request_metrics=metrics)
+    request_metrics = _install_metrics(app, request_metrics=metrics)
+    app.wsgi_app = webhook_views.WebhookFastPath(app, app.wsgi_app, request_metrics)
     return app
 
 
@@ -80,22 +77,26 @@ class _IsoJSONProvider(DefaultJSONProvider):
         return DefaultJSONProvider.default(o)
 
 
-def _install_metrics(app: Flask, *, request_metrics: bool) -> None:
+def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
     """`GET /metrics`: the request metrics and the web process's counters (aggregated over gunicorn's worker
     processes in multiprocess mode), plus what is read from Postgres for this scrape (queues, heartbeats, the
     workers' metrics, `wa_outbox_database_up`) — built once per scrape by the process answering it, so never
-    repeated per gunicorn worker. With WA_OUTBOX_METRICS_TOKEN set, it needs `Authorization: Bearer <token>`."""
+    repeated per gunicorn worker. With WA_OUTBOX_METRICS_TOKEN set, it needs `Authorization: Bearer <token>`.
+
+    Returns the exporter's (request duration histogram, request counter), for the webhook fast path to count what
+    the exporter's hooks count; None without request metrics."""
     from prometheus_client import REGISTRY, CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
     multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    exporter = None
     if request_metrics:
         if multiprocess:  # under gunicorn: every worker process's request metrics, summed at scrape time
             from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
-            GunicornPrometheusMetrics(app, group_by="url_rule")
+            exporter = GunicornPrometheusMetrics(app, group_by="url_rule")
         else:
             from prometheus_flask_exporter import PrometheusMetrics
-            PrometheusMetrics(app, path=None, group_by="url_rule")
+            exporter = PrometheusMetrics(app, path=None, group_by="url_rule")
 
     @app.get("/metrics")
     def prometheus_metrics():
@@ -111,6 +112,13 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> None:
         registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
         encode, content_type = choose_encoder(request.headers.get("Accept"))
         return encode(registry), 200, {"Content-Type": content_type}
+
+    if exporter is None:
+        return None
+    # The exporter keeps no reference to its metrics: they are found by name in the registry it registered them in.
+    found = exporter.registry._names_to_collectors  # noqa: SLF001
+    duration, total = found.get("flask_http_request_duration_seconds"), found.get("flask_http_request_total")
+    return (duration, total) if duration is not None and total is not None else None
 
 
 class _Families:
