@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -135,9 +134,8 @@ class Sender:
         self._send_seconds: float | None = None   # moving averages (gather_first)
         self._claim_seconds: float | None = None
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
-        # A send thread whose slot has come must get the interpreter soon: by default another busy thread (a
-        # response being parsed, the recorder) may hold it up to 5 ms, a third of the schedule's margin.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        # Python's default thread switch interval (5 ms) stays: a 1 ms one took about a fifth off full drains and
+        # did not make slots more punctual (80/s, 4 workers: slot to arrival p99 2.2 ms with 5 ms, 4.9 ms with 1 ms).
         self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0, "released": 0}
 
     # --- producer (runs on the worker's main thread) ------------------------------------------------------------
