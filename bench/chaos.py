@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._results import add_json_argument, write  # noqa: E402
+from bench.pacing import busiest_window  # noqa: E402
 from wa_outbox import InvalidMessage, enqueue, enqueue_many, migrate  # noqa: E402
 from wa_outbox.simulator import SimulatorServer  # noqa: E402
 from wa_outbox.webhooks import sign  # noqa: E402
@@ -453,17 +454,6 @@ class Inbound:
         self.problems.append("a poison webhook was never acknowledged")
 
 
-def sliding_max(times: list[float], width: float = 1.0) -> tuple[int, float | None]:
-    """The most events within any window of `width` seconds (t - width, t], and where that window ends."""
-    best, at, start = 0, None, 0
-    for end, t in enumerate(times):
-        while times[start] <= t - width:
-            start += 1
-        if end - start + 1 > best:
-            best, at = end - start + 1, t
-    return best, at
-
-
 def read_access_log(path: Path) -> list[tuple[float, int, str, str]]:
     answers = []
     if path.exists():
@@ -610,8 +600,8 @@ def audit(run: dict) -> tuple[list[str], dict]:
 
     # The rate: the simulator's record of accepted sends, per sliding second.
     accepted = sorted(m["received_at"] for m in messages)
-    most, most_at = sliding_max(accepted)
-    granted, _ = sliding_max(sorted(t for times in claims.values() for t in times))  # a claim takes a token
+    most, most_at = busiest_window(accepted)
+    granted, _ = busiest_window(sorted(t for times in claims.values() for t in times))  # a claim takes a token
     delays = sorted(d for m in messages if (d := claim_to_arrival(m, claims)) is not None)
     # The schedule's promise (migrations/sql/0004_scale.up.sql, reserve_slots): send slots at least 1/R apart,
     # R = 0.985 mps, and no send before its slot, so a one-second window at Meta's end holds at most 1 + R (1 + J)

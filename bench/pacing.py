@@ -38,12 +38,19 @@ from bench.outbox import SENDER, TOKEN, Simulator, machine_facts, scratch_databa
 from wa_outbox import enqueue_many  # noqa: E402
 
 
-def window_max(times: list[float], width: float = 1.0) -> int:
-    """The most arrivals in any window (t - width, t], as the simulator's (and Meta's) sliding second counts."""
-    best = 0
+def busiest_window(times: list[float], width: float = 1.0) -> tuple[int, float | None]:
+    """The most arrivals (sorted times) in any window (t - width, t], as the simulator's (and Meta's) sliding second
+    counts, and where that window ends."""
+    best, at = 0, None
     for i, t in enumerate(times):
-        best = max(best, i + 1 - bisect.bisect_right(times, t - width, 0, i + 1))
-    return best
+        inside = i + 1 - bisect.bisect_right(times, t - width, 0, i + 1)
+        if inside > best:
+            best, at = inside, t
+    return best, at
+
+
+def window_max(times: list[float], width: float = 1.0) -> int:
+    return busiest_window(times, width)[0]
 
 
 def per_second(times: list[float]) -> list[int]:
