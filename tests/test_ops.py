@@ -270,6 +270,35 @@ def test_charts_count_each_minute_of_the_hour_in_any_time_zone(db, zone):
     assert counts == {0: (2, 0, 0, 0, 0), 1: (0, 1, 0, 0, 0), 30: (0, 0, 1, 0, 0), 59: (0, 0, 0, 1, 1)}, counts
 
 
+def test_charts_read_a_few_pages_for_an_event_that_landed_among_old_ones(db):
+    """A new event is not always at the timeline's end (it may fill space in an old page): the chart's query then
+    reads that event's BRIN range, 16 pages, not the 128 of a default range."""
+    message = _insert(db)
+    old = ("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, created_at) "
+           "SELECT %s, 'sent', 1, now() - interval '2 days' + i * interval '1 ms' FROM generate_series(1, 20000) i")
+    db.execute(old, (message,))
+    db.execute("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt) VALUES (%s, 'sent', 1)",
+               (message,))
+    db.execute(old, (message,))
+    db.execute("SELECT brin_summarize_new_values('wa_outbox.notification_events_created_at')")
+    db.execute("ANALYZE wa_outbox.notification_events")
+    pages = db.execute("SELECT pg_relation_size('wa_outbox.notification_events') / 8192").fetchone()[0]
+    assert pages > 300
+    plan = db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + wa_db.query("ops_throughput")).fetchone()[0][0]["Plan"]
+    scans = [n for n in _plan_nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"]
+    assert scans, plan
+    read = sum(n.get("Lossy Heap Blocks", 0) + n.get("Exact Heap Blocks", 0) for n in scans)
+    assert read <= 2 * 16, f"{read} pages read for 2 events in the last hour"  # their ranges: the first, a middle one
+    rows = db.execute(wa_db.query("ops_throughput")).fetchall()
+    assert sum(r[2] for r in rows) == 1 and sum(r[1] for r in rows) == 1  # that `sent`, and _insert's `queued`
+
+
+def _plan_nodes(plan):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
 def test_search_by_phone_number_opens_the_message_and_its_timeline(logged_in, db):
     notification_id = _insert(db, recipient="5511987654321", status="dead", code=131026)
     response = logged_in.get("/ops?q=%2B55 11 98765-4321")

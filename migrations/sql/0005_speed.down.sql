@@ -9,7 +9,10 @@
 -- == Claim and record =================================================================================================
 
 -- == Ops queries ======================================================================================================
--- Version 4's dead-letter index (as version 3 made it), view and no index of the queue's age.
+-- Version 4's timeline index and dead-letter index (as version 3 made them), view, and no index of the queue's age.
+DROP INDEX wa_outbox.notification_events_created_at;
+CREATE INDEX notification_events_created_at ON wa_outbox.notification_events USING brin (created_at)
+    WITH (autosummarize = on);
 DROP INDEX wa_outbox.notifications_dead_code;
 CREATE INDEX notifications_dead_code ON wa_outbox.notifications ((coalesce(last_error ->> 'code', '')), id)
     WHERE status = 'dead';

@@ -38,6 +38,15 @@ FROM wa_outbox.webhook_events WHERE status = 'dead' HAVING count(*) > 0;
 DROP INDEX wa_outbox.notifications_dead_code;
 CREATE INDEX notifications_dead_code ON wa_outbox.notifications ((coalesce(last_error ->> 'code', '')), id)
     INCLUDE (last_error) WHERE status = 'dead';
+-- The ops page's charts (ops_throughput.sql) find the timeline's last hour through its BRIN index on created_at, in
+-- ranges of 16 pages instead of the default 128. Not every new event lands at the table's end: a small one fits in
+-- the free space of an old page (what a full page had left over, what prune frees), and that range's summary then
+-- reaches now, so the whole range is read for that one row. On 10 million messages with 100,000 queued, the hour's
+-- 108,000 events came with 524,000 others read and thrown away in 128-page ranges, 72,000 in 16-page ones. Still a
+-- BRIN index (no B-tree entry per event on the send path), of 8 times as many summaries: 770 kB at 10 million.
+DROP INDEX wa_outbox.notification_events_created_at;
+CREATE INDEX notification_events_created_at ON wa_outbox.notification_events USING brin (created_at)
+    WITH (pages_per_range = 16, autosummarize = on);
 
 -- == Claim and record =================================================================================================
 
