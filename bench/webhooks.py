@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,18 +87,24 @@ def write_bodies(path: Path, count: int, per_post: int, duplicate_share: float =
 
 
 def start_gunicorn(app: str, port: int, env: dict) -> subprocess.Popen:
+    with socket.socket() as probe:  # a server left on the port would answer in its place
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn: closed connections do not count
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(f"port {port} is in use: stop what listens on it") from None
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", app],
                             cwd=ROOT, env={**env, "WA_OUTBOX_BIND": f"127.0.0.1:{port}"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:  # exited: it could not bind (a server left running?)
         try:
             requests.post(f"http://127.0.0.1:{port}/webhooks/whatsapp", data=b"{}", timeout=1)
             return proc
         except (requests.ConnectionError, requests.Timeout):  # not listening yet, or a busy machine's slow start
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"gunicorn {app} did not start")
+    raise SystemExit(f"gunicorn {app} did not start on port {port}")
 
 
 def stop(proc: subprocess.Popen) -> None:
