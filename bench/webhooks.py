@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,18 +87,24 @@ def write_bodies(path: Path, count: int, per_post: int, duplicate_share: float =
 
 
 def start_gunicorn(app: str, port: int, env: dict) -> subprocess.Popen:
+    with socket.socket() as probe:  # a server left on the port would answer in its place
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn: closed connections do not count
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(f"port {port} is in use: stop what listens on it") from None
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", app],
                             cwd=ROOT, env={**env, "WA_OUTBOX_BIND": f"127.0.0.1:{port}"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:  # exited: it could not bind (a server left running?)
         try:
             requests.post(f"http://127.0.0.1:{port}/webhooks/whatsapp", data=b"{}", timeout=1)
             return proc
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or a busy machine's slow start
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"gunicorn {app} did not start")
+    raise SystemExit(f"gunicorn {app} did not start on port {port}")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -171,14 +178,20 @@ def profile(master: subprocess.Popen, port: int, bodies: Path, seconds: int, con
     if py_spy is None:
         raise SystemExit("--profile needs py-spy (pip install -e '.[bench]')")
     raw = bodies.parent / "profile.txt"
-    load = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{seconds + 3}s", "-s",
-                             str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
-                            env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.DEVNULL)
-    time.sleep(1)
-    subprocess.run([py_spy, "record", "--pid", str(master.pid), "--subprocesses", "--gil", "--nonblocking",
-                    "--format", "raw", "--nolineno", "--rate", "200", "--duration", str(seconds), "--output", str(raw)],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    load.wait()
+    for attempt in range(3):  # py-spy sometimes panics attaching to a busy process: try again under fresh load
+        load = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{seconds + 3}s", "-s",
+                                 str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
+                                env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.DEVNULL)
+        time.sleep(1)
+        spy = subprocess.run([py_spy, "record", "--pid", str(master.pid), "--subprocesses", "--gil", "--nonblocking",
+                              "--format", "raw", "--nolineno", "--rate", "200", "--duration", str(seconds),
+                              "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        load.wait()
+        if spy.returncode == 0:
+            break
+        print(f"py-spy failed (attempt {attempt + 1}): {spy.stderr.strip()[-300:]}", file=sys.stderr)
+    else:
+        return {}  # no profile: the measured runs are still reported
     samples: dict[str, int] = {}
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -282,7 +295,8 @@ def main() -> None:
         for name in ("bare", "receiver"):
             cpu = results[name, per_post].get("cpu_ms_per_post", {})
             print(f"{name + f' ({per_post}/POST)':<34}" + "".join(f"{cpu.get(n, 0):>19.3f}" for n in cpu_names))
-    if profiles:
+    profiles = {n: p for n, p in profiles.items() if p}
+    if len(profiles) == 2:
         print(f"\nwhere the receiver's workers spend their Python CPU time (py-spy, GIL held), % of samples")
         for step in profiles[1]:
             print(f"  {step:<50}{profiles[1][step]:>7.1f}{profiles[100][step]:>7.1f}")
@@ -329,7 +343,7 @@ def _json_results(results: dict, profiles: dict, stored: int) -> dict:
                "rows": [[f"{name} ({n}/POST)", *(results[name, n].get("cpu_ms_per_post", {}).get(k)
                                                   for k in ("gunicorn workers", "postgres backends", "wrk"))]
                         for n in (1, 100) for name in ("bare", "receiver")]}]
-    if profiles:
+    if len(profiles) == 2:
         tables.append({"title": "Where the receiver's gunicorn workers spend their Python CPU time "
                                 "(py-spy samples holding the GIL, % of all)",
                        "columns": ["step", "1 update/POST", "100 updates/POST"],

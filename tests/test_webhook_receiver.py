@@ -202,6 +202,18 @@ def test_duplicates_inside_one_post_are_stored_once(client, db):
     assert count(db) == 2
 
 
+def test_dedup_keys_are_compared_byte_by_byte(db):
+    """Every stored update probes and enters the unique index on dedup_key: it is in byte order (COLLATE "C"), so no
+    comparison goes through the database's collation (strcoll), and the INSERT sorts its rows in that same order."""
+    [(collation,)] = db.execute(
+        "SELECT collation_name FROM information_schema.columns WHERE table_schema = 'wa_outbox' "
+        "AND table_name = 'webhook_events' AND column_name = 'dedup_key'").fetchall()
+    assert collation == "C"
+    from wa_outbox.db import query
+    assert 'ORDER BY e.k COLLATE "C"' in query("insert_webhook_events")
+    assert 'ORDER BY e.k COLLATE "C"' in query("insert_webhook_events_with_bodies")
+
+
 def test_same_payload_posted_concurrently_is_stored_once(app, db):
     payload = envelope(messages=[text_message(f"wamid.C{i}") for i in range(50)],
                        statuses=[status(f"wamid.CS{i}", "read") for i in range(50)])

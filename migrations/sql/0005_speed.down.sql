@@ -5,6 +5,9 @@
 DROP FUNCTION wa_outbox.return_pair_reservations(bigint[], text, double precision);
 
 -- == Webhook ingest ===================================================================================================
+ALTER TABLE wa_outbox.webhook_events ALTER COLUMN dedup_key TYPE text;  -- the database's collation again
+DROP INDEX wa_outbox.webhook_events_wamid;
+CREATE INDEX webhook_events_wamid ON wa_outbox.webhook_events (wamid) WHERE wamid IS NOT NULL;
 
 -- == Bulk enqueue =====================================================================================================
 

@@ -14,7 +14,7 @@ WITH new_events AS (
            e.err, CASE WHEN e.st IS NOT NULL THEN now() END
     FROM jsonb_to_recordset(%(events)s::jsonb)
          AS e(k text, f text, t text, a text, p text, w text, s text, v jsonb, c text, r text, st text, err text)
-    ORDER BY e.k
+    ORDER BY e.k COLLATE "C"
     ON CONFLICT (dedup_key) DO NOTHING
     RETURNING dedup_key, raw_body_sha256
 ), new_bodies AS (
