@@ -5,6 +5,7 @@
 -- == Webhook ingest ===================================================================================================
 
 -- == Bulk enqueue =====================================================================================================
+DROP FUNCTION wa_outbox.enqueue_checked(jsonb);
 -- enqueue_many() as version 4 defined it (0004_scale.up.sql).
 CREATE OR REPLACE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
     SET work_mem = '64MB' AS $$
