@@ -195,3 +195,21 @@ def test_a_large_enqueue_many_is_all_or_nothing_and_leaves_the_callers_transacti
             enqueue_many(conn, items)
         enqueue(conn, to="+5511987654322", message=TEXT)  # the caller's transaction goes on
     assert count(db) == count(db, "notification_events") == 2
+
+
+def test_sql_enqueue_many_refuses_the_first_invalid_item_keyed_or_not_and_writes_nothing(db, sender):
+    """Items with and without an idempotency key go in by two inserts of one statement; the first invalid item in
+    input order aborts it, whichever insert would have written it, before either writes a row."""
+    keyed = {"to": "+5511987654321", "message": TEXT, "idempotency_key": "k-1"}
+    plain = {"to": "+5511987654322", "message": TEXT}
+    bad_keyed = {"to": "42", "message": TEXT, "idempotency_key": "k-2"}
+    bad_plain = {"to": "+5511987654323", "message": {"type": "x"}}
+    for batch, error in [([keyed, plain, bad_plain, bad_keyed], "item 3 : unknown message type"),
+                         ([plain, keyed, bad_keyed, bad_plain], "item 3 : invalid recipient")]:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=error):
+            db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps(batch),))
+    assert count(db) == count(db, "notification_events") == 0
+    ids = db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps([plain, keyed, plain]),)).fetchone()[0]
+    again = db.execute("SELECT wa_outbox.enqueue_many(%s::jsonb)", (json.dumps([keyed]),)).fetchone()[0]
+    assert again == [ids[1]] and len(set(ids)) == 3
+    assert count(db) == count(db, "notification_events") == 3

@@ -110,6 +110,20 @@ def python_path(app_engine, to, message) -> str | None:
     return None
 
 
+def python_many_path(app_engine, to, message) -> str | None:
+    """Python enqueue_many(): its own checks are the only ones its items get (wa_outbox.enqueue_checked() writes
+    them as they are), so they must give every verdict the SQL rules give."""
+    from wa_outbox import enqueue_many
+    with app_engine.begin() as conn:
+        try:
+            enqueue_many(conn, [{"to": TO, "message": TEXT}, {"to": to, "message": message}])
+        except InvalidMessage as exc:
+            conn.execute(sa.text("SELECT 1"))
+            assert str(exc).startswith("item 1: ")
+            return str(exc)[len("item 1: "):]
+    return None
+
+
 def sql_path(database_url, statement, params, prefix="") -> str | None:
     with psycopg.connect(database_url) as conn:
         try:
@@ -144,6 +158,7 @@ def test_every_entry_point_gives_the_same_verdict(app_engine, database_url, clie
                                                   reason):
     paths = {
         "python enqueue()": lambda: python_path(app_engine, to, message),
+        "python enqueue_many()": lambda: python_many_path(app_engine, to, message),
         "SQL enqueue_many()": lambda: sql_enqueue_many(database_url, to, message),
         "POST /v1/messages": lambda: http_path(client, to, message),
     }
@@ -153,7 +168,7 @@ def test_every_entry_point_gives_the_same_verdict(app_engine, database_url, clie
         before = rows(db)
         got = run()
         assert got == reason, name
-        written = 2 if name == "SQL enqueue_many()" else 1
+        written = 2 if name.endswith("enqueue_many()") else 1
         after = rows(db)
         assert after == (before if reason else (before[0] + written, before[1] + written)), name
 
@@ -274,6 +289,28 @@ def test_the_sender_rule_with_and_without_a_default(database_url, db):
     assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (bad,), "item 1 : ") == \
         "`phone_number_id` must be the numeric id of a business phone number"
     assert sql_path(database_url, "SELECT wa_outbox.enqueue_many(%s::jsonb)", (many,)) is None
+    assert db.execute("SELECT array_agg(phone_number_id ORDER BY id) FROM wa_outbox.notifications").fetchone()[0] == \
+        ["100000000000009", "100000000000001"]
+
+
+def test_python_enqueue_many_without_a_default_sender_is_refused_as_sql_refuses_it(app_engine, database_url, db):
+    """The default sender is the one rule Python cannot check: wa_outbox.enqueue_checked() refuses the first item
+    without a sender, with enqueue_many()'s reason, and writes nothing."""
+    from wa_outbox import enqueue_many
+    items = [{"to": TO, "message": TEXT, "phone_number_id": "100000000000009"}, {"to": TO, "message": TEXT}]
+    for default in (None, "not-a-number"):
+        if default:
+            db.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', %s)", (default,))
+        for size in (2, 2500):  # one statement; a pipeline of several
+            batch = items + [{"to": TO, "message": TEXT}] * (size - 2)
+            with pytest.raises(psycopg.errors.InvalidParameterValue,
+                               match="item 2 : no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID"):
+                with psycopg.connect(database_url) as conn:
+                    enqueue_many(conn, batch)
+            assert rows(db) == (0, 0)
+    db.execute("UPDATE wa_outbox.settings SET value = '100000000000001'")
+    with app_engine.begin() as conn:
+        enqueue_many(conn, items)
     assert db.execute("SELECT array_agg(phone_number_id ORDER BY id) FROM wa_outbox.notifications").fetchone()[0] == \
         ["100000000000009", "100000000000001"]
 
