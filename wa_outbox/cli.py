@@ -136,9 +136,10 @@ def db_upgrade(revision: str | None, revision_option: str | None) -> None:
     """Apply migrations up to REVISION (default `head`; `+1` one step) — the Procfile's release phase."""
     from . import migrate
     settings = _settings()
-    migrate.upgrade(settings.database_url, revision or revision_option or "head")
+    migrate.upgrade(settings.database_url, revision or revision_option or "head",
+                    prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
-    click.echo(f"wa-outbox: schema at {_schema_at(settings.database_url)}")
+    click.echo(f"wa-outbox: schema at {_schema_at(settings)}")
 
 
 @db.command("downgrade", context_settings={"ignore_unknown_options": True})
@@ -148,21 +149,20 @@ def db_downgrade(revision: str) -> None:
     object)."""
     from . import migrate
     settings = _settings()
-    migrate.downgrade(settings.database_url, revision)
-    at = _schema_at(settings.database_url)
+    migrate.downgrade(settings.database_url, revision, prepared_statements=settings.db_prepared_statements)
+    at = _schema_at(settings)
     if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
-        import psycopg
-        from .db import query
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        from .db import connect, query
+        with connect(settings, autocommit=True) as conn:
             conn.execute(query("drop_empty_schema"))
     click.echo(f"wa-outbox: schema at {at}")
 
 
-def _schema_at(database_url: str) -> str:
+def _schema_at(settings: Settings) -> str:
     """The applied revision, or `base` when none is (the schema is gone)."""
     import psycopg
-    from .db import query
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    from .db import connect, query
+    with connect(settings, autocommit=True) as conn:
         try:
             row = conn.execute(query("schema_version")).fetchone()
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
@@ -177,7 +177,8 @@ def _schema_at(database_url: str) -> str:
 def db_current() -> None:
     """Show the applied revision."""
     from . import migrate
-    migrate.current(_settings().database_url)
+    settings = _settings()
+    migrate.current(settings.database_url, prepared_statements=settings.db_prepared_statements)
 
 
 @db.command("query")
@@ -188,15 +189,18 @@ def db_query(sql: str, write: bool, as_json: bool) -> None:
     """Run exactly one SQL statement and print its rows: tab-separated with a header line, or `--json`. Read-only
     unless `--write` (then it runs in its own transaction, committed)."""
     import psycopg
+    from .db import connect
     # Read-only: a READ ONLY transaction, so Postgres itself refuses writes. --write: autocommit, so statements that
     # cannot run in a transaction block (VACUUM, CREATE INDEX CONCURRENTLY) work too.
-    with psycopg.connect(_settings().database_url, autocommit=write, application_name="wa-outbox-cli") as conn:
+    with connect(_settings(), autocommit=write, application_name="wa-outbox-cli") as conn:
         conn.read_only = not write
         with conn.cursor() as cursor:
             try:
-                # prepare=True: the extended query protocol, which Postgres refuses for several statements; bytes: run
-                # as written, no placeholder parsing.
-                cursor.execute(sql.encode(), prepare=True)
+                # A pipeline: the extended query protocol (which Postgres refuses for several statements) with an
+                # unnamed statement, so nothing stays prepared on the server (PgBouncer). bytes: run as written, no
+                # placeholder parsing.
+                with conn.pipeline():
+                    cursor.execute(sql.encode())
             except psycopg.errors.SyntaxError as exc:
                 if "multiple commands" in str(exc):
                     raise CliError("db query runs exactly one statement; this SQL has several: run them one by one"
@@ -244,9 +248,8 @@ def _record_default_sender(settings: Settings) -> None:
     """Tell SQL-side enqueue() which sender to use when the caller names none."""
     if not settings.phone_number_id:
         return
-    import psycopg
-    from .db import query
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+    from .db import connect, query
+    with connect(settings, autocommit=True) as conn:
         conn.execute(query("record_default_sender"), {"phone_number_id": settings.phone_number_id})
 
 
@@ -323,7 +326,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
         os.environ["WHATSAPP_API_BASE_URL"] = f"{sim_url}/v23.0"
     settings = _settings()
     from . import migrate
-    migrate.upgrade(settings.database_url)
+    migrate.upgrade(settings.database_url, prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
 
     web_url = f"http://127.0.0.1:{port}"
@@ -362,7 +365,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
 def _engine(settings: Settings):
     from .db import create_engine
     return create_engine(settings.database_url, pool_size=1, application_name="wa-outbox-cli",
-                         isolation_level="AUTOCOMMIT")
+                         isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
 
 
 @main.command()
