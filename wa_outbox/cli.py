@@ -212,15 +212,25 @@ def db_query(sql: str, write: bool, as_json: bool) -> None:
             names = [c.name for c in cursor.description]
             json_columns = {i for i, c in enumerate(cursor.description) if c.type_code in _JSON_TYPE_OIDS}
             if not as_json:
-                click.echo("\t".join(names))
+                click.echo(_tsv(names))
             for row in cursor:
                 if as_json:
                     click.echo(_json.dumps(dict(zip(names, row)), default=_json_default, ensure_ascii=False))
                 else:
-                    click.echo("\t".join(_cell(v, i in json_columns) for i, v in enumerate(row)))
+                    click.echo(_tsv(_cell(v, i in json_columns) for i, v in enumerate(row)))
 
 
 _JSON_TYPE_OIDS = {114, 3802, 199, 3807}  # json, jsonb, json[], jsonb[]
+
+# Backslash, tab, newline and carriage return in a value, escaped as PostgreSQL's COPY text format (and
+# mysql --batch) does: a value never splits a column or a line.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _tsv(cells) -> str:
+    """One line of tab-separated output, each cell escaped (_TSV_ESCAPES): every TSV line the CLI prints is made
+    here."""
+    return "\t".join(str(cell).translate(_TSV_ESCAPES) for cell in cells)
 
 
 def _cell(value, is_json: bool) -> str:
@@ -404,7 +414,7 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
         raise click.ClickException(str(exc)) from None
     except psycopg.Error as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
-    click.echo(f"{notification_id}\t{status}" + ("" if created else "\t(idempotency key seen before)"))
+    click.echo(_tsv([notification_id, status] + ([] if created else ["(idempotency key seen before)"])))
 
 
 @main.command()
@@ -430,10 +440,11 @@ def status(term: str, as_json: bool) -> None:
     if matches:
         if shown:
             click.echo("")
-        click.echo("id\tstatus\trecipient\tattempts\tcreated_at\tcorrelation_id\tlast_error")
+        click.echo(_tsv(["id", "status", "recipient", "attempts", "created_at", "correlation_id", "last_error"]))
         for m in matches:
-            click.echo(f"{m['id']}\t{m['status']}\t+{m['recipient']}\t{m['attempts']}\t"
-                       f"{m['created_at']:%Y-%m-%d %H:%M:%S}\t{m['correlation_id'] or ''}\t{m['last_error'] or ''}")
+            click.echo(_tsv([m["id"], m["status"], f"+{m['recipient']}", m["attempts"],
+                             f"{m['created_at']:%Y-%m-%d %H:%M:%S}", m["correlation_id"] or "",
+                             m["last_error"] or ""]))
         shown = True
     if not shown:
         raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")
@@ -477,10 +488,10 @@ def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
         click.echo(f"({len(rows)} shown)", err=True)
         return
     # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
-    click.echo("id\tstatus\trecipient\tattempts\tdied_at\treason")
+    click.echo(_tsv(["id", "status", "recipient", "attempts", "died_at", "reason"]))
     for r in rows:
-        click.echo(f"{r['id']}\t{r['status']}\t+{r['recipient']}\t{r['attempts']}\t"
-                   f"{r['died_at']:%Y-%m-%d %H:%M:%S}\t{(r['last_error'] or {}).get('message', '')}")
+        click.echo(_tsv([r["id"], r["status"], f"+{r['recipient']}", r["attempts"], f"{r['died_at']:%Y-%m-%d %H:%M:%S}",
+                         (r["last_error"] or {}).get("message", "")]))
     click.echo(f"({len(rows)} shown)", err=True)
 
 
@@ -560,11 +571,12 @@ def ratelimit_show(as_json: bool) -> None:
         return
     # burst "default": the default pacing (never more than mps in any one-second window); refill and capacity are
     # the bucket that makes.
-    click.echo("phone_number_id\tmps\tburst\trefill\tcapacity\ttokens\tpaused_until\tpause_reason")
+    click.echo(_tsv(["phone_number_id", "mps", "burst", "refill", "capacity", "tokens", "paused_until",
+                     "pause_reason"]))
     for r in rows:
         burst = "default" if r["burst"] is None else f"{r['burst']:g}"
-        click.echo(f"{r['phone_number_id']}\t{r['mps']:g}\t{burst}\t{r['refill']:.4g}\t{r['capacity']:.4g}\t"
-                   f"{r['tokens']}\t{r['paused_until'] or ''}\t{r['pause_reason'] or ''}")
+        click.echo(_tsv([r["phone_number_id"], f"{r['mps']:g}", burst, f"{r['refill']:.4g}", f"{r['capacity']:.4g}",
+                         r["tokens"], r["paused_until"] or "", r["pause_reason"] or ""]))
 
 
 @ratelimit.command("set")
@@ -621,7 +633,7 @@ def cancel(ids) -> None:
         if notification_id not in results:
             problems.append(f"{notification_id}: no such message")
         elif results[notification_id][1]:
-            click.echo(f"{notification_id}\tcancelled")
+            click.echo(_tsv([notification_id, "cancelled"]))
         else:
             problems.append(f"{notification_id}: is {results[notification_id][0]}, only queued messages can be "
                             "cancelled")
@@ -810,12 +822,11 @@ def campaign_list(as_json: bool) -> None:
         for row in rows:
             click.echo(_json.dumps(row, default=_json_default, ensure_ascii=False))
         return
-    click.echo("name\tstatus\tsender\ttotal\tqueued\tsent\tdelivered\tread\tfailed\tdead\tcancelled")
+    statuses = ("queued", "sent", "delivered", "read", "failed", "dead", "cancelled")
+    click.echo(_tsv(["name", "status", "sender", "total", *statuses]))
     for r in rows:
-        n = r["counts"]
-        click.echo(f"{r['name']}\t{r['status']}\t{r['phone_number_id']}\t{r['total']}\t"
-                   + "\t".join(str(n.get(s, 0)) for s in ("queued", "sent", "delivered", "read", "failed", "dead",
-                                                         "cancelled")))
+        click.echo(_tsv([r["name"], r["status"], r["phone_number_id"], r["total"],
+                         *(r["counts"].get(s, 0) for s in statuses)]))
 
 
 @campaign.command("show")
