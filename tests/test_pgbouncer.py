@@ -207,9 +207,8 @@ def test_the_whole_flow_through_pgbouncer_in_transaction_mode(bouncer):
                 wait_for(lambda: check.execute(
                     "SELECT count(*) FROM wa_outbox.notifications WHERE status = 'read'").fetchone()[0] == len(ids),
                     timeout=60, what="every message sent, delivered and read, through pgbouncer")
-                assert check.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sending'"
-                                     ).fetchone()[0] == len(ids)  # each sent once
-            assert len(sim.messages()) == len(ids)
+            # each sent once (a claim may be given back unsent and claimed again on a busy machine: count arrivals)
+            assert sorted(m["wa_id"] for m in sim.messages()) == [f"55119{i:08d}" for i in range(len(ids))]
             assert requests.get(f"{base}/v1/messages/{ids[0]}", headers=headers, timeout=10).json()["status"] == "read"
             for command in (["status", str(ids[0])], ["dlq", "list"],
                             ["db", "query", "SELECT count(*) AS n FROM wa_outbox.notifications"]):
