@@ -400,13 +400,17 @@ def drain(url: str) -> dict[str, Any]:
     return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series}
 
 
-def warm(url: str) -> float:
+def warm(url: str) -> float | None:
     """Read the indexes of the history tables and the contacts into the OS page cache (pg_prewarm, 'read' mode: not
     into shared_buffers), as on a server that has been running: the drain then measures the per-message work on big
-    tables, not which files the last run happened to leave cached. Returns the seconds it took."""
+    tables, not which files the last run happened to leave cached. Returns the seconds it took (None: not warmed)."""
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        except psycopg.errors.FeatureNotSupported:  # not installed (the embedded Postgres has no contrib)
+            print("  pg_prewarm is not available on this server: the drain starts with whatever is cached", flush=True)
+            return None
         conn.execute("SELECT pg_prewarm(i.indexrelid, 'read') FROM pg_index i WHERE i.indrelid = ANY (%s::regclass[])",
                      ([f"wa_outbox.{t}" for t in ("notifications", "contacts")],))
         conn.execute("SELECT pg_prewarm('wa_outbox.contacts', 'read')")

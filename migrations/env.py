@@ -4,14 +4,19 @@ import sqlalchemy as sa
 from alembic import context
 
 from wa_outbox.config import Settings
-from wa_outbox.db import SCHEMA, sqlalchemy_url
+from wa_outbox.db import SCHEMA, connect_options, sqlalchemy_url
 
 config = context.config
 
 
 def run_migrations_online() -> None:
-    url = config.attributes.get("database_url") or Settings.from_env().require("database_url").database_url
-    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool)
+    if config.attributes.get("database_url"):  # wa-outbox db upgrade (wa_outbox.migrate), or tests
+        url, prepared = config.attributes["database_url"], config.attributes.get("prepared_statements", True)
+    else:  # alembic run by hand with the checkout's alembic.ini: the environment, as every process reads it
+        settings = Settings.from_env().require("database_url")
+        url, prepared = settings.database_url, settings.db_prepared_statements
+    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool,
+                              connect_args=connect_options(prepared))
     with engine.connect() as connection:
         # Serialise concurrent `release` runs (two deploys at once) on a transaction-level advisory lock.
         connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('wa_outbox.migrations'))")

@@ -136,9 +136,10 @@ def db_upgrade(revision: str | None, revision_option: str | None) -> None:
     """Apply migrations up to REVISION (default `head`; `+1` one step) — the Procfile's release phase."""
     from . import migrate
     settings = _settings()
-    migrate.upgrade(settings.database_url, revision or revision_option or "head")
+    migrate.upgrade(settings.database_url, revision or revision_option or "head",
+                    prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
-    click.echo(f"wa-outbox: schema at {_schema_at(settings.database_url)}")
+    click.echo(f"wa-outbox: schema at {_schema_at(settings)}")
 
 
 @db.command("downgrade", context_settings={"ignore_unknown_options": True})
@@ -148,21 +149,20 @@ def db_downgrade(revision: str) -> None:
     object)."""
     from . import migrate
     settings = _settings()
-    migrate.downgrade(settings.database_url, revision)
-    at = _schema_at(settings.database_url)
+    migrate.downgrade(settings.database_url, revision, prepared_statements=settings.db_prepared_statements)
+    at = _schema_at(settings)
     if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
-        import psycopg
-        from .db import query
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        from .db import connect, query
+        with connect(settings, autocommit=True) as conn:
             conn.execute(query("drop_empty_schema"))
     click.echo(f"wa-outbox: schema at {at}")
 
 
-def _schema_at(database_url: str) -> str:
+def _schema_at(settings: Settings) -> str:
     """The applied revision, or `base` when none is (the schema is gone)."""
     import psycopg
-    from .db import query
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    from .db import connect, query
+    with connect(settings, autocommit=True) as conn:
         try:
             row = conn.execute(query("schema_version")).fetchone()
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
@@ -177,7 +177,8 @@ def _schema_at(database_url: str) -> str:
 def db_current() -> None:
     """Show the applied revision."""
     from . import migrate
-    migrate.current(_settings().database_url)
+    settings = _settings()
+    migrate.current(settings.database_url, prepared_statements=settings.db_prepared_statements)
 
 
 @db.command("query")
@@ -188,15 +189,18 @@ def db_query(sql: str, write: bool, as_json: bool) -> None:
     """Run exactly one SQL statement and print its rows: tab-separated with a header line, or `--json`. Read-only
     unless `--write` (then it runs in its own transaction, committed)."""
     import psycopg
+    from .db import connect
     # Read-only: a READ ONLY transaction, so Postgres itself refuses writes. --write: autocommit, so statements that
     # cannot run in a transaction block (VACUUM, CREATE INDEX CONCURRENTLY) work too.
-    with psycopg.connect(_settings().database_url, autocommit=write, application_name="wa-outbox-cli") as conn:
+    with connect(_settings(), autocommit=write, application_name="wa-outbox-cli") as conn:
         conn.read_only = not write
         with conn.cursor() as cursor:
             try:
-                # prepare=True: the extended query protocol, which Postgres refuses for several statements; bytes: run
-                # as written, no placeholder parsing.
-                cursor.execute(sql.encode(), prepare=True)
+                # A pipeline: the extended query protocol (which Postgres refuses for several statements) with an
+                # unnamed statement, so nothing stays prepared on the server (PgBouncer). bytes: run as written, no
+                # placeholder parsing.
+                with conn.pipeline():
+                    cursor.execute(sql.encode())
             except psycopg.errors.SyntaxError as exc:
                 if "multiple commands" in str(exc):
                     raise CliError("db query runs exactly one statement; this SQL has several: run them one by one"
@@ -208,15 +212,25 @@ def db_query(sql: str, write: bool, as_json: bool) -> None:
             names = [c.name for c in cursor.description]
             json_columns = {i for i, c in enumerate(cursor.description) if c.type_code in _JSON_TYPE_OIDS}
             if not as_json:
-                click.echo("\t".join(names))
+                click.echo(_tsv(names))
             for row in cursor:
                 if as_json:
                     click.echo(_json.dumps(dict(zip(names, row)), default=_json_default, ensure_ascii=False))
                 else:
-                    click.echo("\t".join(_cell(v, i in json_columns) for i, v in enumerate(row)))
+                    click.echo(_tsv(_cell(v, i in json_columns) for i, v in enumerate(row)))
 
 
 _JSON_TYPE_OIDS = {114, 3802, 199, 3807}  # json, jsonb, json[], jsonb[]
+
+# Backslash, tab, newline and carriage return in a value, escaped as PostgreSQL's COPY text format (and
+# mysql --batch) does: a value never splits a column or a line.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _tsv(cells) -> str:
+    """One line of tab-separated output, each cell escaped (_TSV_ESCAPES): every TSV line the CLI prints is made
+    here."""
+    return "\t".join(str(cell).translate(_TSV_ESCAPES) for cell in cells)
 
 
 def _cell(value, is_json: bool) -> str:
@@ -244,9 +258,8 @@ def _record_default_sender(settings: Settings) -> None:
     """Tell SQL-side enqueue() which sender to use when the caller names none."""
     if not settings.phone_number_id:
         return
-    import psycopg
-    from .db import query
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+    from .db import connect, query
+    with connect(settings, autocommit=True) as conn:
         conn.execute(query("record_default_sender"), {"phone_number_id": settings.phone_number_id})
 
 
@@ -323,7 +336,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
         os.environ["WHATSAPP_API_BASE_URL"] = f"{sim_url}/v23.0"
     settings = _settings()
     from . import migrate
-    migrate.upgrade(settings.database_url)
+    migrate.upgrade(settings.database_url, prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
 
     web_url = f"http://127.0.0.1:{port}"
@@ -362,7 +375,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
 def _engine(settings: Settings):
     from .db import create_engine
     return create_engine(settings.database_url, pool_size=1, application_name="wa-outbox-cli",
-                         isolation_level="AUTOCOMMIT")
+                         isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
 
 
 @main.command()
@@ -401,7 +414,7 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
         raise click.ClickException(str(exc)) from None
     except psycopg.Error as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
-    click.echo(f"{notification_id}\t{status}" + ("" if created else "\t(idempotency key seen before)"))
+    click.echo(_tsv([notification_id, status] + ([] if created else ["(idempotency key seen before)"])))
 
 
 @main.command()
@@ -427,10 +440,11 @@ def status(term: str, as_json: bool) -> None:
     if matches:
         if shown:
             click.echo("")
-        click.echo("id\tstatus\trecipient\tattempts\tcreated_at\tcorrelation_id\tlast_error")
+        click.echo(_tsv(["id", "status", "recipient", "attempts", "created_at", "correlation_id", "last_error"]))
         for m in matches:
-            click.echo(f"{m['id']}\t{m['status']}\t+{m['recipient']}\t{m['attempts']}\t"
-                       f"{m['created_at']:%Y-%m-%d %H:%M:%S}\t{m['correlation_id'] or ''}\t{m['last_error'] or ''}")
+            click.echo(_tsv([m["id"], m["status"], f"+{m['recipient']}", m["attempts"],
+                             f"{m['created_at']:%Y-%m-%d %H:%M:%S}", m["correlation_id"] or "",
+                             m["last_error"] or ""]))
         shown = True
     if not shown:
         raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")
@@ -474,10 +488,10 @@ def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
         click.echo(f"({len(rows)} shown)", err=True)
         return
     # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
-    click.echo("id\tstatus\trecipient\tattempts\tdied_at\treason")
+    click.echo(_tsv(["id", "status", "recipient", "attempts", "died_at", "reason"]))
     for r in rows:
-        click.echo(f"{r['id']}\t{r['status']}\t+{r['recipient']}\t{r['attempts']}\t"
-                   f"{r['died_at']:%Y-%m-%d %H:%M:%S}\t{(r['last_error'] or {}).get('message', '')}")
+        click.echo(_tsv([r["id"], r["status"], f"+{r['recipient']}", r["attempts"], f"{r['died_at']:%Y-%m-%d %H:%M:%S}",
+                         (r["last_error"] or {}).get("message", "")]))
     click.echo(f"({len(rows)} shown)", err=True)
 
 
@@ -557,11 +571,12 @@ def ratelimit_show(as_json: bool) -> None:
         return
     # burst "default": the default pacing (never more than mps in any one-second window); refill and capacity are
     # the bucket that makes.
-    click.echo("phone_number_id\tmps\tburst\trefill\tcapacity\ttokens\tpaused_until\tpause_reason")
+    click.echo(_tsv(["phone_number_id", "mps", "burst", "refill", "capacity", "tokens", "paused_until",
+                     "pause_reason"]))
     for r in rows:
         burst = "default" if r["burst"] is None else f"{r['burst']:g}"
-        click.echo(f"{r['phone_number_id']}\t{r['mps']:g}\t{burst}\t{r['refill']:.4g}\t{r['capacity']:.4g}\t"
-                   f"{r['tokens']}\t{r['paused_until'] or ''}\t{r['pause_reason'] or ''}")
+        click.echo(_tsv([r["phone_number_id"], f"{r['mps']:g}", burst, f"{r['refill']:.4g}", f"{r['capacity']:.4g}",
+                         r["tokens"], r["paused_until"] or "", r["pause_reason"] or ""]))
 
 
 @ratelimit.command("set")
@@ -618,7 +633,7 @@ def cancel(ids) -> None:
         if notification_id not in results:
             problems.append(f"{notification_id}: no such message")
         elif results[notification_id][1]:
-            click.echo(f"{notification_id}\tcancelled")
+            click.echo(_tsv([notification_id, "cancelled"]))
         else:
             problems.append(f"{notification_id}: is {results[notification_id][0]}, only queued messages can be "
                             "cancelled")
@@ -807,12 +822,11 @@ def campaign_list(as_json: bool) -> None:
         for row in rows:
             click.echo(_json.dumps(row, default=_json_default, ensure_ascii=False))
         return
-    click.echo("name\tstatus\tsender\ttotal\tqueued\tsent\tdelivered\tread\tfailed\tdead\tcancelled")
+    statuses = ("queued", "sent", "delivered", "read", "failed", "dead", "cancelled")
+    click.echo(_tsv(["name", "status", "sender", "total", *statuses]))
     for r in rows:
-        n = r["counts"]
-        click.echo(f"{r['name']}\t{r['status']}\t{r['phone_number_id']}\t{r['total']}\t"
-                   + "\t".join(str(n.get(s, 0)) for s in ("queued", "sent", "delivered", "read", "failed", "dead",
-                                                         "cancelled")))
+        click.echo(_tsv([r["name"], r["status"], r["phone_number_id"], r["total"],
+                         *(r["counts"].get(s, 0) for s in statuses)]))
 
 
 @campaign.command("show")

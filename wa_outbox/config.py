@@ -179,10 +179,13 @@ class Settings:
     # POSTs per commit (the commit's flush, not the CPU, bounded it at 4: bench/webhooks.py).
     web_threads: int = 16
     db_pool_size: int = 0  # 0: one per thread, at most DEFAULT_WEB_POOL_SIZE
+    # False: psycopg prepares no statement on the server (PgBouncer in transaction mode before 1.21: db.connect_options)
+    db_prepared_statements: bool = True
     data_dir: str = ".wa-outbox"
     # worker
     worker_concurrency: int = 16          # sends in flight per worker process (threads)
     poll_interval: float = 1.0            # seconds between polls when no NOTIFY arrives
+    listen: bool = True                   # False: no LISTEN, polling only (PgBouncer in transaction mode)
     lease_seconds: float = 60.0           # a claimed row belongs to its worker this long
     connect_timeout: float = 5.0
     send_timeout: float = 15.0            # read timeout of a send; past it the outcome is unknown
@@ -228,10 +231,14 @@ class Settings:
             web_concurrency=_parse(env, "WEB_CONCURRENCY", 2, _positive_int, "a positive number of processes"),
             web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 16, _positive_int, "a positive number of threads"),
             db_pool_size=_parse(env, "WA_OUTBOX_DB_POOL_SIZE", 0, _positive_int, "a positive number of connections"),
+            db_prepared_statements=_parse(env, "WA_OUTBOX_DB_PREPARED_STATEMENTS", True, _bool,
+                                          "true or false (false behind PgBouncer in transaction mode before 1.21)"),
             data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
             worker_concurrency=_parse(env, "WA_OUTBOX_WORKER_CONCURRENCY", 16, _positive_int,
                                       "a positive number of concurrent sends"),
             poll_interval=_parse(env, "WA_OUTBOX_POLL_INTERVAL", 1.0, _positive_float, "seconds, e.g. 1.0"),
+            listen=_parse(env, "WA_OUTBOX_LISTEN", True, _bool,
+                          "true or false (false behind PgBouncer in transaction mode: polling only)"),
             lease_seconds=_parse(env, "WA_OUTBOX_LEASE_SECONDS", 60.0, _positive_float, "seconds, e.g. 60"),
             connect_timeout=_parse(env, "WA_OUTBOX_CONNECT_TIMEOUT", 5.0, _positive_float, "seconds"),
             send_timeout=_parse(env, "WA_OUTBOX_SEND_TIMEOUT", 15.0, _positive_float, "seconds"),

@@ -2,7 +2,9 @@
 
 Every query the service runs lives in its own file under `wa_outbox/sql/` and is loaded here by name, so the SQL is
 in one visible place and the Python around it stays thin. Queries use psycopg's `%(name)s` placeholders and run
-through `Connection.exec_driver_sql`, which hands them to psycopg unchanged (psycopg prepares repeated statements).
+through `Connection.exec_driver_sql`, which hands them to psycopg unchanged (psycopg prepares repeated statements,
+unless WA_OUTBOX_DB_PREPARED_STATEMENTS=false: `connect_options`). Every connection the service opens is made here:
+`create_engine` (pools) and `connect` (one-off connections, the listener's).
 """
 
 from __future__ import annotations
@@ -88,17 +90,33 @@ def sqlalchemy_url(database_url: str) -> str:
     return "postgresql+psycopg://" + database_url.partition("://")[2]
 
 
+def connect_options(prepared_statements: bool) -> dict[str, Any]:
+    """psycopg.connect() keywords every connection of the service gets. Without prepared statements
+    (WA_OUTBOX_DB_PREPARED_STATEMENTS=false), `prepare_threshold=None`: psycopg never creates a named statement on
+    the server. PgBouncer in transaction mode before 1.21 (or without max_prepared_statements) hands each transaction
+    any server connection, where a statement prepared by another transaction is missing, or exists under the same
+    name (https://www.pgbouncer.org/features.html)."""
+    return {} if prepared_statements else {"prepare_threshold": None}
+
+
+def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection:
+    """A one-off psycopg connection to the settings' database, with the service's connection options."""
+    return psycopg.connect(settings.database_url, **connect_options(settings.db_prepared_statements), **kwargs)
+
+
 def create_engine(database_url: str, *, pool_size: int, application_name: str = "wa-outbox",
-                  isolation_level: str | None = None) -> sa.Engine:
+                  isolation_level: str | None = None, prepared_statements: bool = True) -> sa.Engine:
     """A pooled engine. No pre-ping (it costs a round trip per checkout on the hot path): a connection that broke is
-    invalidated by SQLAlchemy on the error and replaced on the next checkout."""
+    invalidated by SQLAlchemy on the error and replaced on the next checkout. `prepared_statements`: the settings'
+    `db_prepared_statements` (connect_options)."""
     return sa.create_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max(2, pool_size // 2),
         pool_timeout=10,
         pool_recycle=1800,
-        connect_args={"application_name": application_name, "connect_timeout": 10},
+        connect_args={"application_name": application_name, "connect_timeout": 10,
+                      **connect_options(prepared_statements)},
         **({"isolation_level": isolation_level} if isolation_level else {}),
     )
 

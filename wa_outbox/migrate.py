@@ -23,11 +23,13 @@ def _migrations_dir() -> Path:
 MIGRATIONS_DIR = _migrations_dir()
 
 
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str, prepared_statements: bool = True) -> Config:
+    """`prepared_statements`: the settings' `db_prepared_statements` (migrations/env.py, db.connect_options)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("path_separator", "os")
     cfg.attributes["database_url"] = database_url
+    cfg.attributes["prepared_statements"] = prepared_statements
     return cfg
 
 
@@ -51,13 +53,13 @@ def head() -> str:
     return revisions()[-1]
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(database_url), revision)
+def upgrade(database_url: str, revision: str = "head", *, prepared_statements: bool = True) -> None:
+    command.upgrade(alembic_config(database_url, prepared_statements), revision)
 
 
-def downgrade(database_url: str, revision: str) -> None:
-    command.downgrade(alembic_config(database_url), revision)
+def downgrade(database_url: str, revision: str, *, prepared_statements: bool = True) -> None:
+    command.downgrade(alembic_config(database_url, prepared_statements), revision)
 
 
-def current(database_url: str) -> None:
-    command.current(alembic_config(database_url), verbose=False)
+def current(database_url: str, *, prepared_statements: bool = True) -> None:
+    command.current(alembic_config(database_url, prepared_statements), verbose=False)

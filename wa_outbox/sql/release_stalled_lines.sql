@@ -22,6 +22,10 @@ WITH RECURSIVE lines AS (
                     AND h.status IN ('queued', 'sending', 'unknown')
                   ORDER BY h.id LIMIT 1) head
     WHERE head.blocked
+      -- a later message of the line in flight: a retried message waits for it (requeue.sql), released when it ends
+      AND NOT EXISTS (SELECT 1 FROM wa_outbox.notifications g
+                      WHERE g.phone_number_id = l.phone_number_id AND g.recipient = l.recipient AND g.ordered
+                        AND g.status IN ('sending', 'unknown'))
     LIMIT %(limit)s
 )
 UPDATE wa_outbox.notifications n

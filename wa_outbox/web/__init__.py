@@ -33,6 +33,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         pool_size=settings.db_pool_size or min(settings.web_threads, DEFAULT_WEB_POOL_SIZE),
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
+        prepared_statements=settings.db_prepared_statements,
     )
     app.extensions["wa_outbox.webhook_store"] = WebhookStore(app.extensions["wa_outbox.engine"])
 

@@ -4,8 +4,9 @@ Threads of one worker:
 - main: the producer — claims due messages into free send slots (`_sender.py`);
 - send-N: the sends, through one pooled HTTP session (`_transport.py`), judged by `_classify.py`;
 - recorder: writes outcomes back in batches (`_sender.py`);
-- listener: LISTEN wa_outbox_notifications, so an enqueue wakes the producer at once (polling is the fallback), and
-  a sender paused by any worker stops here too before its reserved slots;
+- listener: LISTEN wa_outbox_notifications, so an enqueue wakes the producer at once (polling is the fallback, and
+  all there is with WA_OUTBOX_LISTEN=false), and a sender paused by any worker stops here too before its reserved
+  slots (without the listener, only the worker that was throttled stops at once);
 - inbound: drains webhook_events (`_inbound.py`);
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
@@ -54,8 +55,8 @@ def database_not_ready(settings: Settings) -> str | None:
     or None when it can."""
     from .. import migrate
     try:
-        with psycopg.connect(settings.database_url, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
-                             application_name="wa-outbox-worker") as conn:
+        with db.connect(settings, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
+                        application_name="wa-outbox-worker") as conn:
             version = conn.execute(db.query("schema_version")).fetchone()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         return "the database is not migrated yet (is the release phase, `wa-outbox db upgrade`, still running?)"
@@ -102,7 +103,8 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.engine = engine or db.create_engine(
-            settings.database_url, pool_size=4, application_name="wa-outbox-worker", isolation_level="AUTOCOMMIT")
+            settings.database_url, pool_size=4, application_name="wa-outbox-worker", isolation_level="AUTOCOMMIT",
+            prepared_statements=settings.db_prepared_statements)
         self.transport = transport or (DryRunTransport() if settings.dry_run else GraphTransport(
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
             connect_timeout=settings.connect_timeout, read_timeout=settings.send_timeout))
@@ -129,9 +131,11 @@ class Worker:
             analyze_if_never(self.engine)
         except Exception as exc:  # noqa: BLE001 - the database went away again: maintenance retries both
             log.warning("start-up heartbeat failed; maintenance will retry: %s", one_line(exc))
+        # No listener with WA_OUTBOX_LISTEN=false: through PgBouncer in transaction mode a LISTEN stays on whichever
+        # server connection ran it and its notifications reach other clients (docs/scaling.md); polling finds the work.
         for name, target in (("recorder", lambda: self.sender.record(self._recorder_done)),
-                             ("listener", self._listen), ("inbound", self._inbound_loop),
-                             ("maintenance", self._maintenance_loop)):
+                             *([("listener", self._listen)] if self.settings.listen else []),
+                             ("inbound", self._inbound_loop), ("maintenance", self._maintenance_loop)):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -187,8 +191,8 @@ class Worker:
         failures = 0
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                                     application_name="wa-outbox-listener") as conn:
+                with db.connect(self.settings, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                                application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
