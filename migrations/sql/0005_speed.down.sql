@@ -8,6 +8,9 @@
 
 -- == Claim and record =================================================================================================
 
+DROP FUNCTION wa_outbox.reserve_slots_ahead(text, integer, double precision, double precision, double precision,
+                                            integer, timestamptz);
+
 -- == Ops queries ======================================================================================================
 
 -- == History flatness =================================================================================================

@@ -6,6 +6,30 @@
 
 -- == Claim and record =================================================================================================
 
+-- Slots reserved ahead, in a transaction of their own. reserve_slots() in the claim held the sender's rate_limits row
+-- lock through the rest of the claim and its commit's WAL flush, so the claims of every worker for one sender ran one
+-- at a time (docs/drain-profile.md). A worker now reserves the slots of the senders it claimed for last time just
+-- before its claim (reserve_slots_ahead.sql, a short statement committed at once) and hands the grant to the claim,
+-- which then takes no lock on rate_limits for them. Slots reserved but not used (the claim found fewer rows) are lost
+-- capacity, never a rate violation; they come back (`unused`) only while they are still the end of the sender's
+-- schedule, i.e. no one reserved since (`reserved_at`, the refilled_at this worker's reservation left): then the
+-- schedule is exactly as if they had never been reserved.
+CREATE FUNCTION wa_outbox.reserve_slots_ahead(sender text, wanted integer, default_mps double precision,
+                                              lead double precision, horizon double precision,
+                                              unused integer, reserved_at timestamptz,
+                                              OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
+                                              OUT refill double precision, OUT paused boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF unused > 0 THEN
+        UPDATE wa_outbox.rate_limits r SET tokens = r.tokens + unused
+        WHERE r.phone_number_id = sender AND r.refilled_at = reserved_at
+          AND (r.paused_until IS NULL OR r.paused_until <= now());
+    END IF;
+    SELECT g.granted, g.slots_from, g.level, g.refill, g.paused INTO granted, slots_from, level, refill, paused
+    FROM wa_outbox.reserve_slots(sender, wanted, default_mps, lead, horizon) g;
+END $$;
+
 -- == Bulk enqueue =====================================================================================================
 
 -- == Webhook ingest ===================================================================================================
