@@ -97,10 +97,18 @@ def test_unused_slots_come_back_only_while_they_end_the_schedule(db, engine, run
     # Two used, four back: the next reservation goes on right after the second slot.
     second = reserve_ahead(engine, 1, unused=4, reserved_at=first["slots_from"], horizon=10)
     assert slot_times(second)[0] == pytest.approx(slot_times(first)[1] + 1 / 1.97, abs=1e-3)
+    # A reservation that gets nothing (another worker's, its schedule full) leaves the schedule as it was: a refund
+    # of the last grant still comes back after it.
+    third = reserve_ahead(engine, 1, horizon=10)
+    assert reserve_ahead(engine, 3, horizon=0)["granted"] == 0
+    fourth = reserve_ahead(engine, 0, unused=1, reserved_at=third["slots_from"], horizon=0)
+    assert fourth["granted"] == 0
+    fifth = reserve_ahead(engine, 1, horizon=10)
+    assert slot_times(fifth)[0] == pytest.approx(slot_times(third)[0], abs=1e-3)
     # The same refund again (a repeated statement), after someone reserved since: nothing comes back, the next
     # slot follows the last one reserved.
-    third = reserve_ahead(engine, 1, unused=4, reserved_at=first["slots_from"], horizon=10)
-    assert slot_times(third)[0] == pytest.approx(slot_times(second)[0] + 1 / 1.97, abs=1e-3)
+    sixth = reserve_ahead(engine, 1, unused=1, reserved_at=third["slots_from"], horizon=10)
+    assert slot_times(sixth)[0] == pytest.approx(slot_times(fifth)[0] + 1 / 1.97, abs=1e-3)
 
 
 def test_a_workers_claims_reserve_ahead_after_the_first_and_every_claimed_row_has_its_own_slot(
@@ -117,9 +125,8 @@ def test_a_workers_claims_reserve_ahead_after_the_first_and_every_claimed_row_ha
         claims.append(sorted(r.send_at for r in rows))
         assert len(rows) == batch
         assert me._reserve_for == [SENDER]  # the next claim reserves ahead
-        # The first claim reserved inside itself (nothing to give back); the others reserved more than they used
-        # (about 1 + 19.7 slots within the horizon).
-        assert (SENDER in me._unused) == (batch != 4)
+        # The others reserved more than they used (about 1 + 19.7 slots within the horizon), and gave the rest back.
+        assert me._unused == {}
     times = sorted(t for c in claims for t in c)
     # Slots never shared and never closer than the schedule's spacing (1/1.97 s), across claims; and the third
     # claim's went on right after the second's last one used (its unused tail came back).

@@ -244,29 +244,38 @@ class Sender:
         self._due_not_claimed += 1
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
-    def _reserve_ahead(self, limit: int) -> list[dict]:
-        """Reserve up to `limit` slots for each sender the last claim named, giving back its unused ones first; the
-        grants, for the claim. (A failed claim leaves its grants unused: lost capacity, never a rate violation.)"""
-        senders = sorted(set(self._reserve_for) | set(self._unused))
-        if not senders:
+    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[dict]:
+        """Reserve up to `limit` slots for each of `senders`, giving back the unused ones of the last grant first;
+        the grants, for the claim. (A failed claim leaves its grants unused: lost capacity, never a rate violation.)"""
+        everyone = sorted(set(senders) | set(self._unused))
+        if not everyone:
             return []
-        wanted = set(self._reserve_for)
         rows = db.fetch(self.engine, "reserve_slots_ahead", {
-            "senders": senders, "wanted": [limit if s in wanted else 0 for s in senders],
-            "unused": [self._unused.get(s, (0, None))[0] for s in senders],
-            "reserved_at": [self._unused.get(s, (0, None))[1] for s in senders],
+            "senders": everyone, "wanted": [limit if s in senders else 0 for s in everyone],
+            "unused": [self._unused.get(s, (0, None))[0] for s in everyone],
+            "reserved_at": [self._unused.get(s, (0, None))[1] for s in everyone],
             "default_mps": self.settings.rate_limit_mps, "lead": SLOT_LEAD, "horizon": SLOT_HORIZON})
         self._unused = {}
-        return [row for row in rows if row["phone_number_id"] in wanted]
+        return [row for row in rows if row["phone_number_id"] in senders]
+
+    def _give_back_unused(self) -> None:
+        """Give back at once the slots the claim just reserved and found no row for: the sooner, the likelier they
+        are still the end of the schedule (once another worker reserves slots after them, they stay unused)."""
+        try:
+            self._reserve_ahead(0, [])
+        except Exception as exc:  # noqa: BLE001 - tried again with the next reservation; at worst capacity lost
+            log.debug("giving back unused send slots failed: %s", one_line(exc))
 
     def _claim(self, limit: int) -> list[Claimed]:
         started = time.monotonic()
-        reserved = self._reserve_ahead(limit)
+        reserved = self._reserve_ahead(limit, self._reserve_for)
         rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings),
             "reserved": json.dumps(reserved, default=str)})
         self._reserve_for, self._unused = next_reservations(reserved, [row["phone_number_id"] for row in rows])
+        if self._unused:
+            self._give_back_unused()
         self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
