@@ -30,15 +30,16 @@ def grant(sender: str, granted: int) -> dict:
 
 # --- pure ----------------------------------------------------------------------------------------------------------
 
-def test_next_reservations_follow_the_senders_claimed_for_and_give_back_the_unused_tail():
-    # Nothing reserved ahead (a first claim): reserve next time for the senders claimed for.
-    assert next_reservations([], ["b", "a", "a"]) == (["a", "b"], {})
+def test_next_reservations_only_after_a_full_claim_and_give_back_the_unused_tail():
+    # A claim that filled its threads (a drain): reserve ahead next time, for the senders claimed for.
+    assert next_reservations([], ["b", "a", "a"], 3) == (["a", "b"], {})
     # Granted 5, claimed 2: three slots back; granted 3, claimed 3: none.
-    assert next_reservations([grant("a", 5), grant("b", 3)], ["a", "b", "a", "b", "b"]) == (["a", "b"], {"a": (3, AT)})
-    # Slots and no row: nothing due for that sender, stop reserving for it; all its slots back.
-    assert next_reservations([grant("a", 4)], []) == ([], {"a": (4, AT)})
-    # An empty grant (schedule full, or paused): its rows wait, keep reserving for it.
-    assert next_reservations([grant("a", 0)], []) == (["a"], {})
+    assert next_reservations([grant("a", 5), grant("b", 3)], ["a", "b", "a", "b", "b"], 5) == (
+        ["a", "b"], {"a": (3, AT)})
+    # A claim that found fewer rows than threads (the rate or the queue limits it): the next reserves inside itself,
+    # exactly as many as it has rows; this one's unused slots go back.
+    assert next_reservations([grant("a", 4)], ["a"], 64) == ([], {"a": (3, AT)})
+    assert next_reservations([grant("a", 0)], [], 64) == ([], {})
 
 
 # --- in Postgres ---------------------------------------------------------------------------------------------------
@@ -119,17 +120,20 @@ def test_a_workers_claims_reserve_ahead_after_the_first_and_every_claimed_row_ha
     paced = worker_settings(settings, "http://127.0.0.1:9", rate_limit_mps=2.0, worker_concurrency=64)
     me = Sender(engine, DryRunTransport(), paced, "worker-me", paced.retry_policy())
     claims = []
-    for batch in (4, 3, 2):
+    for batch, limit in ((4, 4), (3, 3), (2, 5)):
         enqueue_many(db, [{"to": f"+5511{9 * len(claims) + i:09d}", "message": TEXT} for i in range(batch)])
-        rows = me._claim(64)
+        rows = me._claim(limit)
         claims.append(sorted(r.send_at for r in rows))
         assert len(rows) == batch
-        assert me._reserve_for == [SENDER]  # the next claim reserves ahead
-        # The others reserved more than they used (about 1 + 19.7 slots within the horizon), and gave the rest back.
+        # Full claims: the next reserves ahead; the last found fewer rows than its limit: the next reserves inside.
+        assert me._reserve_for == ([SENDER] if batch == limit else [])
+        # The third reserved 5 ahead, used 2, and gave the other 3 back at once.
         assert me._unused == {}
     times = sorted(t for c in claims for t in c)
-    # Slots never shared and never closer than the schedule's spacing (1/1.97 s), across claims; and the third
-    # claim's went on right after the second's last one used (its unused tail came back).
+    # Slots never shared and never closer than the schedule's spacing (1/1.97 s), across claims, each claim's going
+    # on right after the last one's.
     assert min(b - a for a, b in zip(times, times[1:])) >= 1 / 1.97 - 1e-3
     assert claims[2][0] == pytest.approx(claims[1][-1] + 1 / 1.97, abs=1e-3)
+    # The third's 3 unused slots came back: the schedule goes on right after its last one used.
+    assert slot_times(reserve_ahead(engine, 1, horizon=10))[0] == pytest.approx(claims[2][-1] + 1 / 1.97, abs=1e-3)
     me.drain(0)

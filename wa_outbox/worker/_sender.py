@@ -8,9 +8,10 @@ latency. Slots are in the database's time; the worker converts them with its est
 (database_clock.sql). A row still waiting for its slot is given back unsent (queued, attempt not counted) when its
 sender is throttled or paused from this worker, or when the worker stops.
 
-The claim reserves no slot itself for the senders this worker claimed for last time: it reserves them just before, in
-a short transaction of its own (reserve_slots_ahead.sql), and hands the grant to the claim, so the claims of several
-workers for one sender do not wait for each other's commit on the sender's schedule (`next_reservations`).
+While claims fill every free thread (a drain), a claim reserves no slot itself for the senders the last one took
+rows for: the worker reserves them just before, in a short transaction of its own (reserve_slots_ahead.sql), and hands
+the grant to the claim, so the claims of several workers for one sender do not wait for each other's commit on the
+sender's schedule (`next_reservations`).
 
 Claiming only as many rows as there are free threads means every claimed row has its thread at once: the lease
 (counted from the slot) covers exactly the sends waiting or in flight.
@@ -107,20 +108,22 @@ def claim_pacing(settings: Settings) -> dict:
             "reserved": "[]"}
 
 
-def next_reservations(reserved: list[dict], claimed_senders: list[str]
+def next_reservations(reserved: list[dict], claimed_senders: list[str], limit: int
                       ) -> tuple[list[str], dict[str, tuple[int, datetime]]]:
-    """After a claim: the senders to reserve slots for before the next one, and the slots to give back then.
+    """After a claim of up to `limit` rows: the senders to reserve slots for ahead of the next one, and the slots to
+    give back now.
 
     `reserved` are the grants this claim got ahead (reserve_slots_ahead.sql rows), `claimed_senders` the sender of
-    each row it claimed. Reserve ahead for every sender it claimed for, and for those whose grant was empty (their
-    schedule was full or paused: rows are waiting for them); a sender that got slots and no row has nothing due. The
-    slots of a grant beyond the rows claimed (the last ones: rows take slots in order) are given back with the next
-    reservation, as (how many, the grant's slots_from, which identifies it)."""
+    each row it claimed. Only a claim that filled every free thread reserves ahead next time (for the senders it
+    claimed for): the queue is ahead of the worker, the claims are what limits it, and they must not wait for each
+    other. A claim that found fewer rows was limited by the rate or by what was due: the next reserves inside the
+    claim, as many slots as it has rows, none left unused. The slots of a grant beyond the rows claimed (the last
+    ones: rows take slots in order) are given back, as (how many, the grant's slots_from, which identifies it)."""
     counts = Counter(claimed_senders)
-    ahead = set(counts) | {g["phone_number_id"] for g in reserved if g["granted"] == 0}
+    ahead = sorted(counts) if len(claimed_senders) >= limit else []
     unused = {g["phone_number_id"]: (g["granted"] - counts[g["phone_number_id"]], g["slots_from"])
               for g in reserved if g["granted"] > counts[g["phone_number_id"]]}
-    return sorted(ahead), unused
+    return ahead, unused
 
 
 def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.0) -> float:
@@ -273,7 +276,7 @@ class Sender:
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
             "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings),
             "reserved": json.dumps(reserved, default=str)})
-        self._reserve_for, self._unused = next_reservations(reserved, [row["phone_number_id"] for row in rows])
+        self._reserve_for, self._unused = next_reservations(reserved, [row["phone_number_id"] for row in rows], limit)
         if self._unused:
             self._give_back_unused()
         self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
