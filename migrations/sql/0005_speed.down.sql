@@ -109,6 +109,41 @@ END $$;
 
 -- == Claim and record =================================================================================================
 
+DROP FUNCTION wa_outbox.reserve_slots_ahead(text, integer, double precision, double precision, double precision,
+                                            integer, timestamptz);
+-- Version 4's reserve_slots(), exactly.
+CREATE OR REPLACE FUNCTION wa_outbox.reserve_slots(sender text, wanted integer, default_mps double precision,
+                                        lead double precision, horizon double precision,
+                                        OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
+                                        OUT refill double precision, OUT paused boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    b wa_outbox.rate_limits;
+    shape record;
+    t timestamptz;
+BEGIN
+    INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
+    VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp())
+    ON CONFLICT (phone_number_id) DO NOTHING;
+    SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
+    shape := wa_outbox.bucket_shape(b.mps, b.burst);
+    t := clock_timestamp() + make_interval(secs => least(lead, 1 / shape.refill));  -- the earliest slot
+    refill := shape.refill;
+    IF b.paused_until > t THEN
+        granted := 0;
+        slots_from := b.paused_until;
+        level := shape.capacity;  -- the bucket refills during the pause
+        paused := true;
+        RETURN;
+    END IF;
+    paused := false;
+    slots_from := t;
+    level := least(shape.capacity, b.tokens + extract(epoch FROM t - b.refilled_at) * shape.refill);
+    -- slot k is within the horizon while (k - level) / refill <= horizon (+ 1e-9: float rounding)
+    granted := greatest(0, least(wanted, floor(level + horizon * shape.refill + 1e-9)::integer));
+    UPDATE wa_outbox.rate_limits r SET tokens = level - granted, refilled_at = t WHERE r.phone_number_id = sender;
+END $$;
+
 -- == Ops queries ======================================================================================================
 -- Version 4's timeline index and dead-letter index (as version 3 made them), view, and no index of the queue's age.
 DROP INDEX wa_outbox.notification_events_created_at;

@@ -13,7 +13,10 @@
 --    their time without burning an attempt;
 --  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots: slots 1/rate
 --    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
---    wait until their slot would come within the horizon;
+--    wait until their slot would come within the horizon. A sender in %(reserved)s (a JSON array of
+--    reserve_slots_ahead.sql's rows) had its slots reserved by this worker just before, in a transaction of its own:
+--    the claim uses that grant and takes no lock on its rate_limits row (held to the commit, it would make the
+--    claims of all workers for that sender run one at a time);
 --  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
 --    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
 --    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
@@ -70,9 +73,16 @@ WITH candidates AS (
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL
+), ahead AS (  -- slots reserved just before (reserve_slots_ahead.sql)
+    SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
+        AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
+             refill double precision, paused boolean)
 ), grants AS (
+    SELECT a.phone_number_id, a.granted, a.slots_from, a.level, a.refill, a.paused FROM ahead a
+    UNION ALL
     SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
-    FROM (SELECT phone_number_id, count(*)::integer AS wanted FROM free GROUP BY phone_number_id) s,
+    FROM (SELECT f.phone_number_id, count(*)::integer AS wanted FROM free f
+          WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id) s,
          LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,

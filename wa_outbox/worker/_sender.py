@@ -9,6 +9,11 @@ latency. Slots are in the database's time; the worker converts them with its est
 sender is throttled or paused (by this worker, or by another: pause_sender.sql NOTIFYs every worker, `on_notify`),
 or when the worker stops.
 
+While claims fill every free thread (a drain), a claim reserves no slot itself for the senders the last one took
+rows for: the worker reserves them just before, in a short transaction of its own (reserve_slots_ahead.sql), and hands
+the grant to the claim, so the claims of several workers for one sender do not wait for each other's commit on the
+sender's schedule (`next_reservations`).
+
 Claiming only as many rows as there are free threads means every claimed row has its thread at once: the lease
 (counted from the slot) covers exactly the sends waiting or in flight.
 
@@ -28,7 +33,9 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -95,9 +102,29 @@ def one_line(exc: BaseException) -> str:
 
 
 def claim_pacing(settings: Settings) -> dict:
-    """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule."""
+    """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule; no slots
+    reserved ahead (`reserved`: every sender's slots are reserved inside the claim)."""
     return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds,
-            "pair_burst": settings.pair_burst, "enforce_window": settings.service_window == "enforce"}
+            "pair_burst": settings.pair_burst, "enforce_window": settings.service_window == "enforce",
+            "reserved": "[]"}
+
+
+def next_reservations(reserved: list[dict], claimed_senders: list[str], limit: int
+                      ) -> tuple[list[str], dict[str, tuple[int, datetime]]]:
+    """After a claim of up to `limit` rows: the senders to reserve slots for ahead of the next one, and the slots to
+    give back now.
+
+    `reserved` are the grants this claim got ahead (reserve_slots_ahead.sql rows), `claimed_senders` the sender of
+    each row it claimed. Only a claim that filled every free thread reserves ahead next time (for the senders it
+    claimed for): the queue is ahead of the worker, the claims are what limits it, and they must not wait for each
+    other. A claim that found fewer rows was limited by the rate or by what was due: the next reserves inside the
+    claim, as many slots as it has rows, none left unused. The slots of a grant beyond the rows claimed (the last
+    ones: rows take slots in order) are given back, as (how many, the grant's slots_from, which identifies it)."""
+    counts = Counter(claimed_senders)
+    ahead = sorted(counts) if len(claimed_senders) >= limit else []
+    unused = {g["phone_number_id"]: (g["granted"] - counts[g["phone_number_id"]], g["slots_from"])
+              for g in reserved if g["granted"] > counts[g["phone_number_id"]]}
+    return ahead, unused
 
 
 def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.0) -> float:
@@ -134,6 +161,8 @@ class Sender:
         self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
         self._send_seconds: float | None = None   # moving averages (gather_first)
         self._claim_seconds: float | None = None
+        self._reserve_for: list[str] = []       # senders whose slots the next claim reserves ahead (next_reservations)
+        self._unused: dict[str, tuple[int, datetime]] = {}  # slots to give back (right after the claim, else later)
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
         # Python's default thread switch interval (5 ms) stays: a 1 ms one took about a fifth off full drains and
         # did not make slots more punctual (80/s, 4 workers: slot to arrival p99 2.2 ms with 5 ms, 4.9 ms with 1 ms).
@@ -219,11 +248,38 @@ class Sender:
         self._due_not_claimed += 1
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
+    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[dict]:
+        """Reserve up to `limit` slots for each of `senders`, giving back the unused ones of the last grant first;
+        the grants, for the claim. (A failed claim leaves its grants unused: lost capacity, never a rate violation.)"""
+        everyone = sorted(set(senders) | set(self._unused))
+        if not everyone:
+            return []
+        rows = db.fetch(self.engine, "reserve_slots_ahead", {
+            "senders": everyone, "wanted": [limit if s in senders else 0 for s in everyone],
+            "unused": [self._unused.get(s, (0, None))[0] for s in everyone],
+            "reserved_at": [self._unused.get(s, (0, None))[1] for s in everyone],
+            "default_mps": self.settings.rate_limit_mps, "lead": SLOT_LEAD, "horizon": SLOT_HORIZON})
+        self._unused = {}
+        return [row for row in rows if row["phone_number_id"] in senders]
+
+    def _give_back_unused(self) -> None:
+        """Give back at once the slots the claim just reserved and found no row for: the sooner, the likelier they
+        are still the end of the schedule (once another worker reserves slots after them, they stay unused)."""
+        try:
+            self._reserve_ahead(0, [])
+        except Exception as exc:  # noqa: BLE001 - tried again with the next reservation; at worst capacity lost
+            log.debug("giving back unused send slots failed: %s", one_line(exc))
+
     def _claim(self, limit: int) -> list[Claimed]:
         started = time.monotonic()
+        reserved = self._reserve_ahead(limit, self._reserve_for)
         rows = db.fetch(self.engine, "claim_notifications", {
             "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
-            "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings)})
+            "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings),
+            "reserved": json.dumps(reserved, default=str)})
+        self._reserve_for, self._unused = next_reservations(reserved, [row["phone_number_id"] for row in rows], limit)
+        if self._unused:
+            self._give_back_unused()
         self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
         self.stats["claimed"] += len(rows)
         self.metrics.count("wa_outbox_claims_total", len(rows))
