@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import re
 import sys
@@ -36,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -231,11 +233,31 @@ def fill_queue(url: str) -> None:
         conn.execute("ANALYZE")
 
 
+def schema_fingerprint() -> str:
+    """This checkout's migrations, hashed: a run database prepared from other migrations (another branch's, or an
+    earlier edit of the head migration, which upgrade() would not apply again) is not this checkout's schema."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "migrations" / "sql").glob("*.sql")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"wa-outbox history run, migrations {digest.hexdigest()[:16]}"
+
+
+def prepared_from(server: str, name: str) -> str | None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+                           (name,)).fetchone()
+    return row[0] if row else None
+
+
 def prepare(server: str, size: int) -> str:
-    """The run database for `size`: a copy of its template, upgraded to head, with the queue filled."""
+    """The run database for `size`: a copy of its template, upgraded to head, with the queue filled. One left by an
+    earlier run is reused only if it was prepared from this checkout's migrations (else it is prepared again)."""
     name = run_name(size)
     if exists(server, name):
-        return name
+        if prepared_from(server, name) == schema_fingerprint():
+            return name
+        print(f"  {name} was prepared from other migrations: preparing it again", flush=True)
+        drop(server, name)
     template = ensure_template(server, size)
     building = f"{name}_building"
     drop(server, building)
@@ -249,6 +271,8 @@ def prepare(server: str, size: int) -> str:
                      "ON CONFLICT (key) DO NOTHING", (SENDER,))
     fill_queue(url)
     with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(building),
+                                                                    sql.Literal(schema_fingerprint())))
         conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
     print(f"  prepared {name} in {time.perf_counter() - started:.0f} s", flush=True)
     return name
@@ -389,12 +413,35 @@ def warm(url: str) -> float:
     into shared_buffers), as on a server that has been running: the drain then measures the per-message work on big
     tables, not which files the last run happened to leave cached. Returns the seconds it took."""
     started = time.perf_counter()
+    tables = [f"wa_outbox.{t}" for t in ("notifications", "contacts")]
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("SELECT pg_prewarm(i.indexrelid, 'read') FROM pg_index i WHERE i.indrelid = ANY (%s::regclass[])",
-                     ([f"wa_outbox.{t}" for t in ("notifications", "contacts")],))
-        conn.execute("SELECT pg_prewarm('wa_outbox.contacts', 'read')")
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        except psycopg.errors.FeatureNotSupported:  # the embedded server (pgserver) ships no pg_prewarm
+            read_files(conn, tables)
+        else:
+            conn.execute("SELECT pg_prewarm(i.indexrelid, 'read') FROM pg_index i "
+                         "WHERE i.indrelid = ANY (%s::regclass[])", (tables,))
+            conn.execute("SELECT pg_prewarm('wa_outbox.contacts', 'read')")
     return time.perf_counter() - started
+
+
+def read_files(conn: psycopg.Connection, tables: list[str]) -> None:
+    """What pg_prewarm(..., 'read') does, from this process: read the same relations' files (every 1 GB segment),
+    which needs the server on this machine and its data directory readable."""
+    rows = conn.execute(
+        "SELECT current_setting('data_directory') || '/' || pg_relation_filepath(r) AS path "
+        "FROM (SELECT i.indexrelid::regclass AS r FROM pg_index i WHERE i.indrelid = ANY (%s::regclass[]) "
+        "      UNION ALL SELECT 'wa_outbox.contacts'::regclass) x", (tables,)).fetchall()
+    for (path,) in rows:
+        segments = [Path(path)] + sorted(Path(path).parent.glob(Path(path).name + ".[0-9]*"))
+        for segment in segments:
+            try:
+                with segment.open("rb", buffering=0) as f:
+                    while f.read(1 << 20):
+                        pass
+            except OSError as e:
+                raise SystemExit(f"no pg_prewarm on this server, and its files cannot be read here: {e}") from e
 
 
 def sizes_on_disk(url: str) -> dict[str, Any]:
