@@ -11,5 +11,8 @@
 -- == Ops queries ======================================================================================================
 
 -- == History flatness =================================================================================================
+-- Version 4's definitions: the default fill factor (pages already written keep their layout: no rewrite).
+ALTER TABLE wa_outbox.contacts RESET (fillfactor);
+ALTER TABLE wa_outbox.notifications RESET (fillfactor);
 
 SELECT 1;
