@@ -10,9 +10,9 @@
 ALTER TABLE wa_outbox.notifications SET (fillfactor = 90);
 -- contacts: each claim moves its recipients' pair_paced_until. With room on the row's page that update is HOT: no
 -- new contacts_pkey entry (a cold index leaf dirtied, and split, per message) and no second heap page. The table is
--- rewritten once so that existing pages have that room (locks contacts while it runs: a few seconds per million
--- contacts; see README, Upgrading); CLUSTER rather than VACUUM FULL, which cannot run in the migration's
--- transaction. SET WITHOUT CLUSTER: nothing should re-cluster it later.
+-- rewritten once so that existing pages have that room (it locks contacts while it runs, a few seconds per million
+-- contacts: README, Deploy). CLUSTER rather than VACUUM FULL, which cannot run in the migration's transaction; SET
+-- WITHOUT CLUSTER: nothing should re-cluster it later.
 ALTER TABLE wa_outbox.contacts SET (fillfactor = 80);
 CLUSTER wa_outbox.contacts USING contacts_pkey;
 ALTER TABLE wa_outbox.contacts SET WITHOUT CLUSTER;
