@@ -372,14 +372,28 @@ def time_queries(url: str) -> list[dict[str, Any]]:
 
 # --- the drain ------------------------------------------------------------------------------------------------------
 
+def io_counters(url: str) -> dict[str, int]:
+    """Blocks each wa_outbox table and index read from outside shared_buffers (this database only), and the WAL
+    full-page images and bytes written (the whole server: other databases' writes count too)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname AS rel, coalesce(heap_blks_read, 0) AS blocks FROM pg_statio_user_tables "
+            "WHERE schemaname = 'wa_outbox' UNION ALL SELECT indexrelname, idx_blks_read FROM pg_statio_user_indexes "
+            "WHERE schemaname = 'wa_outbox' UNION ALL SELECT 'WAL full-page images', wal_fpi FROM pg_stat_wal "
+            "UNION ALL SELECT 'WAL bytes', wal_bytes::bigint FROM pg_stat_wal").fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
 def drain(url: str) -> dict[str, Any]:
-    """Messages/s of SETUP dry-run workers from their start until nothing is queued or sending; per-second series."""
+    """Messages/s of SETUP dry-run workers from their start until nothing is queued or sending; per-second series;
+    per message, the blocks each relation read from outside shared_buffers and the WAL written meanwhile."""
     processes, concurrency = SETUP
     settings = dataclasses.replace(
         Settings.from_env({}), database_url=url, access_token=TOKEN, phone_number_id=SENDER,
         worker_concurrency=concurrency, rate_limit_mps=1e6, poll_interval=0.1, dry_run=True)
     with psycopg.connect(url, autocommit=True) as conn:
         first = conn.execute("SELECT min(id) FROM wa_outbox.notifications WHERE status = 'queued'").fetchone()[0]
+    before = io_counters(url)
     start, stop = SPAWN.Barrier(processes + 1), SPAWN.Event()
     workers = [SPAWN.Process(target=_run_worker, args=(settings, start, stop), daemon=True)
                for _ in range(processes)]
@@ -405,7 +419,11 @@ def drain(url: str) -> dict[str, Any]:
         worker.join(60)
     if sent != QUEUED:
         raise SystemExit(f"only {sent} of {QUEUED} queued messages were sent")
-    return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series}
+    time.sleep(1)  # the workers' statistics reach the cumulative views at their exit, within a second
+    after = io_counters(url)
+    per_message = {k: round((after[k] - before.get(k, 0)) / QUEUED, 3) for k in after
+                   if after[k] - before.get(k, 0) >= QUEUED // 100}
+    return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series, "per_message": per_message}
 
 
 def warm(url: str) -> float:
@@ -495,6 +513,8 @@ def main() -> None:
         print(f"{label(size):>5} history: {case['rate']:>7,.0f} messages/s claimed+recorded "
               f"({QUEUED:,} in {case['seconds']:.1f} s); EXPLAIN claim {e['claim']['ms']} ms, "
               f"record {e['record']['ms']} ms, status {e['status']['ms']} ms", flush=True)
+        print("        per message: " + ", ".join(f"{k} {v:g}" for k, v in sorted(
+            case["per_message"].items(), key=lambda kv: -kv[1])), flush=True)
         cases[size] = case
         if not args.keep:
             drop(server, run_name(size))
