@@ -20,7 +20,7 @@ Before draining, the indexes of notifications and contacts, and the contacts, ar
 shared_buffers: a server that has been running has them there; without it the result depends on what earlier runs
 left cached), and the claim, record and status statements are EXPLAINed (ANALYZE, BUFFERS) on each size (inside a
 transaction that is rolled back). On the largest, the ops page's and `wa-outbox status`'s queries are timed first,
-with the 100,000 messages queued.
+with the 100,000 messages queued (first run and best of 3 after it; EXPLAIN ANALYZE printed for the slow ones).
 """
 
 from __future__ import annotations
@@ -350,23 +350,39 @@ def status_queries(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
     return queries
 
 
+SLOW_MS = 25  # a query over a quarter of the goal gets its plan printed (and kept in the results)
+
+
 def time_queries(url: str) -> list[dict[str, Any]]:
-    """Each ops/status query: EXPLAIN ANALYZE time (best of 3, warm), planning time, and whether it meets < 100 ms."""
+    """Each ops/status query, run as the page and the CLI run it (a plain statement, timed by the client): its first
+    run (cold: the database copy was just made; nothing of it is in shared_buffers) and the best of 3 runs after
+    that (warm), then one EXPLAIN (ANALYZE, BUFFERS), whose figure is the server's own (its per-row timing makes
+    row-heavy plans look slower than they run). The goal: best < 100 ms. Plans of the slow ones are printed."""
     rows = []
     with psycopg.connect(url, autocommit=True) as conn:
         queries = {**OPS_QUERIES, **status_queries(conn)}
+        missing = {p.stem for p in (ROOT / "wa_outbox" / "sql").glob("ops_*.sql")} - set(queries)
+        if missing:
+            raise SystemExit(f"ops queries not timed: {sorted(missing)}")
         for name, params in queries.items():
-            runs = []
-            for _ in range(3):
-                plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + db.query(name),
-                                    params).fetchone()[0][0]
-                runs.append(plan)
-            best = min(runs, key=lambda p: p["Execution Time"] + p["Planning Time"])
-            total = best["Execution Time"] + best["Planning Time"]
-            rows.append({"query": name, "ms": round(total, 2), "execution_ms": round(best["Execution Time"], 2),
-                         "planning_ms": round(best["Planning Time"], 2),
-                         "shared_read": best["Plan"].get("Shared Read Blocks"), "met": total < 100})
-            print(f"  {name:<26} {total:>9.2f} ms", flush=True)
+            times = []
+            for _ in range(4):
+                started = time.perf_counter()
+                conn.execute(db.query(name), params).fetchall()
+                times.append((time.perf_counter() - started) * 1000)
+            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + db.query(name), params).fetchone()[0][0]
+            best = min(times[1:])
+            row = {"query": name, "ms": round(best, 2), "first_ms": round(times[0], 2),
+                   "explain_ms": round(plan["Execution Time"] + plan["Planning Time"], 2),
+                   "planning_ms": round(plan["Planning Time"], 2),
+                   "shared_read": plan["Plan"].get("Shared Read Blocks"), "met": best < 100}
+            print(f"  {name:<26} {best:>9.2f} ms warm {times[0]:>9.2f} ms first   "
+                  f"(EXPLAIN ANALYZE {row['explain_ms']:.2f} ms)", flush=True)
+            if max(best, times[0], row["explain_ms"]) >= SLOW_MS:
+                row["plan"] = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + db.query(name),
+                                                                    params))
+                print("    " + row["plan"].replace("\n", "\n    "), flush=True)
+            rows.append(row)
     return rows
 
 
@@ -546,10 +562,11 @@ def main() -> None:
              "rows": [[label(s), c["explain"]["claim"]["ms"], c["explain"]["record"]["ms"],
                        c["explain"]["status"]["ms"], c["explain"]["claim"]["shared_read"],
                        c["explain"]["record"]["shared_read"]] for s, c in cases.items()]},
-            {"title": f"Ops page and `wa-outbox status` queries on {label(sizes[-1])} messages of history "
-                      "(EXPLAIN ANALYZE, planning + execution, best of 3)",
-             "columns": ["query", "ms", "< 100 ms"],
-             "rows": [[q["query"], q["ms"], q["met"]] for q in queries]},
+            {"title": f"Ops page and `wa-outbox status` queries on {label(sizes[-1])} messages of history, 100,000 "
+                      "queued: ms as the client times the statement (first run, then best of the 3 after it) and "
+                      "EXPLAIN ANALYZE's planning + execution",
+             "columns": ["query", "ms (best)", "ms (first)", "EXPLAIN ANALYZE ms", "< 100 ms"],
+             "rows": [[q["query"], q["ms"], q["first_ms"], q["explain_ms"], q["met"]] for q in queries]},
         ],
     }
     write(args.json, "history", results, facts=facts)

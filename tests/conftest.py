@@ -15,11 +15,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from wa_outbox import migrate
 from wa_outbox.config import Settings, normalize_database_url
 from wa_outbox.db import embedded_database_url
 from wa_outbox.webhooks import sign
+
+# No Hypothesis deadline: a per-example time limit is a timed assertion, and it fails on a busy CI machine, not on a
+# broken feature (speed is measured by bench/, never asserted here).
+hypothesis_settings.register_profile("wa-outbox", deadline=None)
+hypothesis_settings.load_profile("wa-outbox")
 
 DATA = Path(__file__).parent / "data"
 APP_SECRET = "test-app-secret-é"  # non-ASCII on purpose: the key is UTF-8 bytes

@@ -243,6 +243,62 @@ def test_charts_count_the_last_hour_of_the_timeline(logged_in, db):
     assert f"<title>" in html and dead
 
 
+@pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo", "Asia/Kolkata", "Asia/Kathmandu", "America/St_Johns"])
+def test_charts_count_each_minute_of_the_hour_in_any_time_zone(db, zone):
+    """Each event counts in its minute (as the session's time zone reads the clock: the page's labels come from
+    date_trunc), at both ends of the hour; events outside it and events that are no flow count nowhere."""
+    with db.transaction(force_rollback=True):  # one now() for the inserts and the query
+        db.execute("SELECT set_config('TimeZone', %s, true)", (zone,))
+        message = db.execute(
+            "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash) VALUES (%s, "
+            "'5511987654321', '{\"type\": \"text\", \"text\": {\"body\": \"hi\"}}', '') RETURNING id",
+            (SENDER,)).fetchone()[0]
+        start = "date_trunc('minute', now()) - interval '59 minutes'"
+        for event, at in (("queued", f"{start}"), ("requeued", f"{start} + interval '59.999 seconds'"),
+                          ("sent", f"{start} + interval '1 minute'"), ("failed", f"{start} + interval '30 minutes'"),
+                          ("dead", "now()"), ("cancelled", "date_trunc('minute', now())"),
+                          ("queued", f"{start} - interval '1 millisecond'"), ("sending", "now()"),
+                          ("delivered", "now()")):
+            db.execute(f"INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, created_at) "
+                       f"VALUES (%s, %s, 0, {at})", (message, event))
+        rows = db.execute(wa_db.query("ops_throughput")).fetchall()
+        minutes = [r[0] for r in rows]
+        first = db.execute(f"SELECT {start}").fetchone()[0]
+    assert len(rows) == 60 and minutes[0] == first and minutes == sorted(minutes)
+    counts = {i: r[1:] for i, r in enumerate(rows) if any(r[1:])}
+    # minute: (entered, sent, failed, dead, cancelled)
+    assert counts == {0: (2, 0, 0, 0, 0), 1: (0, 1, 0, 0, 0), 30: (0, 0, 1, 0, 0), 59: (0, 0, 0, 1, 1)}, counts
+
+
+def test_charts_read_a_few_pages_for_an_event_that_landed_among_old_ones(db):
+    """A new event is not always at the timeline's end (it may fill space in an old page): the chart's query then
+    reads that event's BRIN range, 16 pages, not the 128 of a default range."""
+    message = _insert(db)
+    old = ("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, created_at) "
+           "SELECT %s, 'sent', 1, now() - interval '2 days' + i * interval '1 ms' FROM generate_series(1, 20000) i")
+    db.execute(old, (message,))
+    db.execute("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt) VALUES (%s, 'sent', 1)",
+               (message,))
+    db.execute(old, (message,))
+    db.execute("SELECT brin_summarize_new_values('wa_outbox.notification_events_created_at')")
+    db.execute("ANALYZE wa_outbox.notification_events")
+    pages = db.execute("SELECT pg_relation_size('wa_outbox.notification_events') / 8192").fetchone()[0]
+    assert pages > 300
+    plan = db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + wa_db.query("ops_throughput")).fetchone()[0][0]["Plan"]
+    scans = [n for n in _plan_nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"]
+    assert scans, plan
+    read = sum(n.get("Lossy Heap Blocks", 0) + n.get("Exact Heap Blocks", 0) for n in scans)
+    assert read <= 2 * 16, f"{read} pages read for 2 events in the last hour"  # their ranges: the first, a middle one
+    rows = db.execute(wa_db.query("ops_throughput")).fetchall()
+    assert sum(r[2] for r in rows) == 1 and sum(r[1] for r in rows) == 1  # that `sent`, and _insert's `queued`
+
+
+def _plan_nodes(plan):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
 def test_search_by_phone_number_opens_the_message_and_its_timeline(logged_in, db):
     notification_id = _insert(db, recipient="5511987654321", status="dead", code=131026)
     response = logged_in.get("/ops?q=%2B55 11 98765-4321")
@@ -366,8 +422,8 @@ def test_resume_sender_is_safe_to_repeat_and_unknown_senders_move_nothing(logged
 
 _PAGE_QUERIES = {
     # query: (params, indexes the plan must use)
-    "ops_queue_depth": ({"cap": 10_000}, {"notifications_due", "notifications_blocked", "notifications_leased", "notifications_unknown",
-                             "webhook_events_due", "webhook_events_leased", "webhook_events_dead"}),
+    "ops_queue_depth": ({"cap": 10_000}, {"notifications_queued_age", "notifications_leased", "notifications_unknown",
+                                          "webhook_events_due", "webhook_events_leased", "webhook_events_dead"}),
     "ops_throughput": ({}, {"notification_events_created_at"}),
     "ops_workers": ({}, {"workers_pkey"}),
     "ops_senders": ({}, {"rate_limits_pkey"}),

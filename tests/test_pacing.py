@@ -10,6 +10,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from tests.test_worker_process import start_worker_process
@@ -308,3 +309,121 @@ def test_set_with_resume_also_brings_back_the_deferred_messages(db, sender, run)
     assert run("ratelimit", "set", SENDER, "--mps", "30", "--resume").exit_code == 0
     assert count(db, "next_attempt_at <= now()") == 1
     assert db.execute("SELECT mps, paused_until FROM wa_outbox.rate_limits").fetchone() == (30, None)
+
+
+def sim_times(sim) -> dict[int, list[float]]:
+    """Outbox id -> when the simulator accepted each send of it."""
+    times: dict[int, list[float]] = {}
+    for m in sim.messages():
+        times.setdefault(int(m["biz_opaque_callback_data"]), []).append(m["received_at"])
+    return times
+
+
+def test_a_130429_makes_every_worker_give_back_the_slots_it_holds_for_that_sender_at_once(
+        db, sender, sim, settings, run, monkeypatch):
+    """Two workers each hold rows waiting for their slots; the next send draws a 130429. The worker that got it
+    gives back its rows, and so does the other, told by the pause's NOTIFY: nothing reaches Meta from the throttled
+    answer until the pause ends, and every message is then sent exactly once, its given-back attempt not counted.
+    (A 3 s horizon instead of 0.5 s: each worker holds rows for seconds, so the NOTIFY never races a slot.)"""
+    monkeypatch.setattr("wa_outbox.worker._sender.SLOT_HORIZON", 3.0)
+    assert run("ratelimit", "set", SENDER, "--mps", "2").exit_code == 0
+    ids = queue(db, 14)
+    s = worker_settings(settings, sim.base_url)
+    with running_worker(s), running_worker(s):
+        # Both hold rows (the second claims once the first one's schedule is half a horizon from its end).
+        wait_for(lambda: db.execute("SELECT count(DISTINCT locked_by) FROM wa_outbox.notifications "
+                                    "WHERE status = 'sending'").fetchone()[0] == 2, timeout=30, interval=0.01,
+                 what="both workers holding rows")
+        sim.set_faults([{"mode": "error", "code": 130429, "count": 1, "retry_after": 3}])
+        wait_for(lambda: sum(map(len, sim_times(sim).values())) == len(ids), timeout=60, what="all sent")
+    throttled_at, paused_until = db.execute(
+        "SELECT extract(epoch FROM e.created_at)::float8, extract(epoch FROM r.paused_until)::float8 "
+        "FROM wa_outbox.notification_events e, wa_outbox.rate_limits r WHERE e.event = 'throttled'").fetchone()
+    # Nothing reached the simulator from the throttled answer until the pause's end: not even what the other
+    # worker had reserved (before, it sent those for up to a horizon).
+    times = sim_times(sim)
+    assert [t for ts in times.values() for t in ts if throttled_at < t < paused_until] == []
+    # Given back, none of them counted as an attempt, among them rows of the worker that was not throttled.
+    given_back = released(db, "its sender was throttled or paused")
+    assert given_back and all(attempt == 0 for _, attempt in given_back)
+    claimed_by = ("(SELECT s.detail->>'worker' FROM wa_outbox.notification_events s WHERE s.notification_id = "
+                  "e.notification_id AND s.event = 'sending' AND s.id < e.id ORDER BY s.id DESC LIMIT 1)")
+    [throttled_worker] = db.execute(f"SELECT {claimed_by} FROM wa_outbox.notification_events e "
+                                    "WHERE e.event = 'throttled'").fetchone()
+    givers = {r[0] for r in db.execute(f"SELECT {claimed_by} FROM wa_outbox.notification_events e "
+                                       "WHERE e.event = 'released'")}
+    assert givers - {throttled_worker}, "the worker that was not throttled sent what it held into the pause"
+    # Never lost, never sent twice.
+    assert sorted(times) == sorted(ids) and all(len(ts) == 1 for ts in times.values())
+    assert count(db, "status IN ('sent', 'delivered', 'read')") == len(ids)
+    assert db.execute("SELECT max(attempts) FROM wa_outbox.notifications").fetchone()[0] == 1
+
+
+def test_a_pause_notification_halts_only_its_sender_and_garbage_is_ignored(settings):
+    from wa_outbox.worker._sender import Sender
+    sender = Sender(engine=None, transport=None, settings=settings, worker_id="w", policy=settings.retry_policy())
+    sender.on_notify("")  # an enqueue's wake-up
+    sender.on_notify("pause 100000000000001 nonsense")
+    sender.on_notify("pause 100000000000001 -1")  # already over
+    assert sender._halted == {}
+    sender.on_notify("pause 100000000000001 2.5")
+    [(at, until)] = sender._halted.values()
+    assert list(sender._halted) == ["100000000000001"] and abs(until - at - 2.5) < 1e-9
+
+
+def test_a_row_given_back_unsent_returns_its_recipients_pair_reservation(db, sender, sim, settings, run):
+    """One message per recipient per minute (pair burst 1): a row a stopping worker gives back before its slot no
+    longer holds its recipient back a minute, while a row that was sent keeps its reservation."""
+    assert run("ratelimit", "set", SENDER, "--mps", "4").exit_code == 0
+    ids = queue(db, 6)
+    s = worker_settings(settings, sim.base_url, pair_burst=1, pair_rate_seconds=60.0)
+    with running_worker(s):
+        wait_for(lambda: len(sim.messages()) >= 1, timeout=30, interval=0.01, what="the first send")
+    sent = set(sim_times(sim))
+    given_back = {i for i, _ in released(db, "the worker stopped")}
+    assert given_back and not given_back & sent
+    held_back = dict(db.execute(
+        "SELECT n.id, c.pair_paced_until > now() + interval '30 seconds' FROM wa_outbox.notifications n "
+        "JOIN wa_outbox.contacts c ON c.phone_number_id = n.phone_number_id AND c.wa_id = n.recipient").fetchall())
+    assert all(held_back[i] for i in sent)
+    assert not any(held_back[i] for i in given_back)
+    # So they go with the next worker at once, not in a minute; each recipient still gets one message.
+    with running_worker(s):
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="all sent, none held back a minute")
+    assert sorted(sim_times(sim)) == sorted(ids)
+
+
+def test_pair_reservations_come_back_only_while_no_later_claim_moved_them(db, sender):
+    """wa_outbox.return_pair_reservations, case by case: taking back k intervals is exact for rows given back from
+    one claim, and refused (the safe side) once anything to that recipient changed after the claim."""
+    to = ["+5511900000001", "+5511900000002", "+5511900000003", "+5511900000004"]
+    ids = enqueue_many(db, [{"to": t, "message": TEXT} for t in to + [to[1], to[3]]])
+    alone, later, other_worker, pair_a, m_later, pair_b = ids
+    claimed_at = "now() - interval '1 second'"
+    db.execute(f"UPDATE wa_outbox.notifications SET status = 'sending', locked_by = 'w', updated_at = {claimed_at}, "
+               "locked_until = now() + interval '30 seconds' "
+               "WHERE id = ANY(%s)", ([alone, later, pair_a, pair_b],))
+    db.execute("UPDATE wa_outbox.notifications SET status = 'sending', locked_by = 'x', "
+               "locked_until = now() + interval '30 seconds' WHERE id = %s",
+               (other_worker,))
+    db.execute("UPDATE wa_outbox.notifications SET status = 'sending', locked_by = 'x', updated_at = now(), "
+               "locked_until = now() + interval '30 seconds' "
+               "WHERE id = %s", (m_later,))  # claimed after `later`: that reservation is real
+    db.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id, pair_paced_until) "
+               "SELECT DISTINCT phone_number_id, recipient, now() + interval '20 seconds' FROM wa_outbox.notifications")
+
+    def paced() -> dict[int, float]:
+        return dict(db.execute(
+            "SELECT n.id, round(extract(epoch FROM c.pair_paced_until)::numeric, 3)::float8 "
+            "FROM wa_outbox.notifications n JOIN wa_outbox.contacts c "
+            "ON c.phone_number_id = n.phone_number_id AND c.wa_id = n.recipient").fetchall())
+
+    give_back = "SELECT wa_outbox.return_pair_reservations(%s, 'w', %s)"
+    assert db.execute(give_back, ([alone, later, other_worker, pair_a, pair_b], 0.0)).fetchone()[0] == 0
+    before = paced()
+    assert db.execute(give_back, ([alone, later, other_worker, pair_a, pair_b], 6.0)).fetchone()[0] == 3
+    after = paced()
+    assert after[alone] == pytest.approx(before[alone] - 6, abs=1e-3)     # alone: exact
+    assert after[pair_a] == pytest.approx(before[pair_a] - 12, abs=1e-3)  # two rows of one claim, one recipient
+    assert after[later] == before[later]              # another claim came after: kept
+    assert after[other_worker] == before[other_worker]  # not this worker's row: kept

@@ -319,3 +319,15 @@ def test_reset_forgets_scheduled_webhooks(receiver):
         assert sim.wait_for_webhooks_idle(0.1)
         time.sleep(0.6)
     assert receiver.posts == []
+
+
+def test_retry_delays_double_up_to_the_cap_when_one_is_set():
+    from wa_outbox.simulator.config import SimulatorConfig, webhook_retry_delay
+    uncapped = SimulatorConfig().updated({"webhook_retry_ms": 200})
+    assert [webhook_retry_delay(uncapped, a) for a in range(6)] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4]
+    capped = uncapped.updated({"webhook_retry_max_ms": 1000})
+    assert [webhook_retry_delay(capped, a) for a in range(6)] == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert uncapped.updated({"webhook_retry_max_ms": None}).webhook_retry_max_ms is None
+    for bad in (0, -5, "1", True):
+        with pytest.raises(ValueError, match="webhook_retry_max_ms"):
+            uncapped.updated({"webhook_retry_max_ms": bad})

@@ -32,7 +32,9 @@ class SimulatorConfig:
     batch_rate: float = 0.0  # chance that a message's statuses all come in one POST
     webhook_max_batch: int = 1  # statuses waiting for a busy sender may share one POST, up to this many
     webhook_max_attempts: int = 5  # a POST answered with anything but 200 is retried, this many attempts in all
-    webhook_retry_ms: float = 100.0  # first retry delay; doubles with each attempt
+    webhook_retry_ms: float = 100.0  # first retry delay; doubles with each attempt ...
+    webhook_retry_max_ms: float | None = None  # ... up to this (None: no cap), so a receiver down a few seconds
+    # gets its webhooks soon after it is back (a test's clock), not one doubling later
     webhook_timeout_s: float = 5.0
     # Meta's identity of the business, as it appears in webhooks.
     waba_id: str = "100000000000000"
@@ -75,6 +77,10 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer")
         return value
+    if name == "webhook_retry_max_ms":
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ValueError("webhook_retry_max_ms must be a positive number or null")
+        return None if value is None else float(value)
     if name in ("webhook_retry_ms", "webhook_timeout_s"):
         if not _is_number(value) or value <= 0:
             raise ValueError(f"{name} must be a positive number")
@@ -94,6 +100,15 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError("validate must be true or false")
         return value
     raise AssertionError(name)  # every field is handled above
+
+
+def webhook_retry_delay(config: SimulatorConfig, attempt: int) -> float:
+    """Seconds before retrying a webhook POST that failed `attempt` + 1 times: doubling from webhook_retry_ms, capped
+    at webhook_retry_max_ms when set."""
+    delay_ms = config.webhook_retry_ms * 2 ** attempt
+    if config.webhook_retry_max_ms is not None:
+        delay_ms = min(delay_ms, config.webhook_retry_max_ms)
+    return delay_ms / 1000
 
 
 def _pair_limit(value: Any) -> PairLimit | None:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import requests
 
-from .config import FINAL_STATUSES, SimulatorConfig
+from .config import FINAL_STATUSES, SimulatorConfig, webhook_retry_delay
 from .errors import status_error
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,7 @@ class WebhookDispatcher:
                                    _Delivery("", None, delivery.body, 0, True))
             elif config.webhook_url and delivery.attempt + 1 < config.webhook_max_attempts:
                 self._stats["failed_attempts"] += 1
-                delay = config.webhook_retry_ms / 1000 * 2 ** delivery.attempt
+                delay = webhook_retry_delay(config, delivery.attempt)
                 delivery.attempt += 1
                 self._push(time.monotonic() + delay, delivery, new=False)
                 return

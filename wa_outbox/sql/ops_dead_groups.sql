@@ -1,5 +1,6 @@
 -- The ops page: the dead-letter queue grouped by error code ('' for none), largest group first, each with its
--- newest messages as samples. Served by notifications_dead_code, which holds dead rows only.
+-- newest messages as samples. Served by notifications_dead_code, which holds dead rows only: the groups are counted
+-- from it alone (it includes last_error, so an index-only scan is possible), the samples read 5 rows a group.
 -- Safe to repeat: a read.
 SELECT g.code, g.count, g.newest_id, s.samples
 FROM (

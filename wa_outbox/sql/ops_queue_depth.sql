@@ -2,19 +2,12 @@
 -- branch per state, each answered from that state's partial index (never the whole table), and each stops counting
 -- after %(cap)s rows (`capped`): the page needs a backlog's order of magnitude, and an exact count reads every row of
 -- it (100,000 queued messages: ~350 ms). A capped branch's oldest is that of the rows it counted, which the index
--- serves oldest first for the dead and about so for the queue (due order); /metrics (queue_metrics.sql) counts all.
+-- serves oldest first for the queue and the dead; /metrics (queue_metrics.sql) counts all.
 -- Safe to repeat: a read.
-SELECT 'notifications' AS queue, 'queued' AS status, least(sum(q.rows), %(cap)s)::bigint AS rows,
-       sum(q.rows) > %(cap)s AS capped, extract(epoch FROM now() - min(q.oldest)) AS oldest_age_seconds
-FROM (  -- due or waiting (notifications_due), and parked behind an earlier message to the same recipient
-    SELECT count(*) AS rows, min(s.created_at) AS oldest
-    FROM (SELECT n.created_at FROM wa_outbox.notifications n WHERE n.status = 'queued' AND NOT n.blocked
-          LIMIT %(cap)s + 1) s
-    UNION ALL
-    SELECT count(*), min(s.created_at)
-    FROM (SELECT n.created_at FROM wa_outbox.notifications n WHERE n.status = 'queued' AND n.blocked
-          LIMIT %(cap)s + 1) s
-) q
+SELECT 'notifications' AS queue, 'queued' AS status, least(count(*), %(cap)s) AS rows, count(*) > %(cap)s AS capped,
+       extract(epoch FROM now() - min(s.created_at)) AS oldest_age_seconds
+FROM (SELECT n.created_at FROM wa_outbox.notifications n WHERE n.status = 'queued' ORDER BY n.created_at
+      LIMIT %(cap)s + 1) s  -- notifications_queued_age (due, waiting and blocked alike): oldest first, index alone
 UNION ALL
 SELECT 'notifications', 'sending', least(count(*), %(cap)s), count(*) > %(cap)s,
        extract(epoch FROM now() - min(s.created_at))

@@ -4,7 +4,8 @@ Threads of one worker:
 - main: the producer — claims due messages into free send slots (`_sender.py`);
 - send-N: the sends, through one pooled HTTP session (`_transport.py`), judged by `_classify.py`;
 - recorder: writes outcomes back in batches (`_sender.py`);
-- listener: LISTEN wa_outbox_notifications, so an enqueue wakes the producer at once (polling is the fallback);
+- listener: LISTEN wa_outbox_notifications, so an enqueue wakes the producer at once (polling is the fallback), and
+  a sender paused by any worker stops here too before its reserved slots;
 - inbound: drains webhook_events (`_inbound.py`);
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
@@ -192,7 +193,8 @@ class Worker:
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
                     while not self.stopping.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                        for notify in conn.notifies(timeout=1.0, stop_after=1):
+                            self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
                             self.sender.wake.set()
             except psycopg.Error as exc:
                 failures += 1

@@ -6,7 +6,8 @@ migration 0004): slots 1/rate apart, at most SLOT_HORIZON seconds ahead. Each ro
 sends then, so the spacing at Meta's end is the slot spacing plus a small, nearly constant delay, whatever the claim
 latency. Slots are in the database's time; the worker converts them with its estimate of the clock offset
 (database_clock.sql). A row still waiting for its slot is given back unsent (queued, attempt not counted) when its
-sender is throttled or paused from this worker, or when the worker stops.
+sender is throttled or paused (by this worker, or by another: pause_sender.sql NOTIFYs every worker, `on_notify`),
+or when the worker stops.
 
 Claiming only as many rows as there are free threads means every claimed row has its thread at once: the lease
 (counted from the slot) covers exactly the sends waiting or in flight.
@@ -290,6 +291,20 @@ class Sender:
             self._halted[sender] = (now, now + seconds)
             self._slots.notify_all()
 
+    def on_notify(self, payload: str) -> None:
+        """A NOTIFY on the workers' channel (worker/__init__.py listens): `pause <phone_number_id> <seconds left>`
+        (pause_sender.sql, from any worker) halts that sender here too, at once; anything else only wakes the
+        producer. Costs nothing per send: the pause arrives as the listener's wake-up, not by asking before each."""
+        words = payload.split()
+        if len(words) == 3 and words[0] == "pause":
+            try:
+                seconds = float(words[2])
+            except ValueError:
+                log.warning("ignored a pause notification with no duration: %r", payload[:200])
+                return
+            if seconds > 0:
+                self._halt(words[1], seconds)
+
     def _send(self, row: Claimed, claim_started: float) -> None:
         give_back = self._wait_for_slot(row, claim_started)
         if give_back is not None:
@@ -351,6 +366,7 @@ class Sender:
         return batch
 
     def _record(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
+        self._return_pair_reservations([row.id for row, decision, _ in batch if decision is None])
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
@@ -370,6 +386,19 @@ class Sender:
             self._held.difference_update(row.id for row, _, _ in batch)
         for row, decision, entry in batch:
             self._log(row, decision, entry)
+
+    def _return_pair_reservations(self, ids: list[int]) -> None:
+        """Rows given back unsent (decision None) still count one pair interval each against their recipient: give
+        those back first, while the rows are still ours (return_pair_reservations.sql says when it is safe). Once:
+        a second run would take them back twice; if it fails the recipient only waits longer."""
+        if not ids or self.settings.pair_rate_seconds <= 0:
+            return
+        try:
+            db.fetch(self.engine, "return_pair_reservations", {
+                "ids": ids, "worker_id": self.worker_id, "pair_interval": self.settings.pair_rate_seconds})
+        except Exception as exc:  # noqa: BLE001 - the reservations stay: the safe side
+            log.warning("could not give back the pair reservations of %d rows released unsent: %s", len(ids),
+                        scrub(one_line(exc), self.settings.database_url))
 
     def _pause(self, row: Claimed, decision: Decision) -> None:
         """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
