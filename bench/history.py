@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import re
 import sys
@@ -36,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -231,11 +233,31 @@ def fill_queue(url: str) -> None:
         conn.execute("ANALYZE")
 
 
+def schema_fingerprint() -> str:
+    """This checkout's migrations, hashed: a run database prepared from other migrations (another branch's, or an
+    earlier edit of the head migration, which upgrade() would not apply again) is not this checkout's schema."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "migrations" / "sql").glob("*.sql")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"wa-outbox history run, migrations {digest.hexdigest()[:16]}"
+
+
+def prepared_from(server: str, name: str) -> str | None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+                           (name,)).fetchone()
+    return row[0] if row else None
+
+
 def prepare(server: str, size: int) -> str:
-    """The run database for `size`: a copy of its template, upgraded to head, with the queue filled."""
+    """The run database for `size`: a copy of its template, upgraded to head, with the queue filled. One left by an
+    earlier run is reused only if it was prepared from this checkout's migrations (else it is prepared again)."""
     name = run_name(size)
     if exists(server, name):
-        return name
+        if prepared_from(server, name) == schema_fingerprint():
+            return name
+        print(f"  {name} was prepared from other migrations: preparing it again", flush=True)
+        drop(server, name)
     template = ensure_template(server, size)
     building = f"{name}_building"
     drop(server, building)
@@ -249,6 +271,8 @@ def prepare(server: str, size: int) -> str:
                      "ON CONFLICT (key) DO NOTHING", (SENDER,))
     fill_queue(url)
     with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(building),
+                                                                    sql.Literal(schema_fingerprint())))
         conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
     print(f"  prepared {name} in {time.perf_counter() - started:.0f} s", flush=True)
     return name
@@ -364,14 +388,28 @@ def time_queries(url: str) -> list[dict[str, Any]]:
 
 # --- the drain ------------------------------------------------------------------------------------------------------
 
+def io_counters(url: str) -> dict[str, int]:
+    """Blocks each wa_outbox table and index read from outside shared_buffers (this database only), and the WAL
+    full-page images and bytes written (the whole server: other databases' writes count too)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname AS rel, coalesce(heap_blks_read, 0) AS blocks FROM pg_statio_user_tables "
+            "WHERE schemaname = 'wa_outbox' UNION ALL SELECT indexrelname, idx_blks_read FROM pg_statio_user_indexes "
+            "WHERE schemaname = 'wa_outbox' UNION ALL SELECT 'WAL full-page images', wal_fpi FROM pg_stat_wal "
+            "UNION ALL SELECT 'WAL bytes', wal_bytes::bigint FROM pg_stat_wal").fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
 def drain(url: str) -> dict[str, Any]:
-    """Messages/s of SETUP dry-run workers from their start until nothing is queued or sending; per-second series."""
+    """Messages/s of SETUP dry-run workers from their start until nothing is queued or sending; per-second series;
+    per message, the blocks each relation read from outside shared_buffers and the WAL written meanwhile."""
     processes, concurrency = SETUP
     settings = dataclasses.replace(
         Settings.from_env({}), database_url=url, access_token=TOKEN, phone_number_id=SENDER,
         worker_concurrency=concurrency, rate_limit_mps=1e6, poll_interval=0.1, dry_run=True)
     with psycopg.connect(url, autocommit=True) as conn:
         first = conn.execute("SELECT min(id) FROM wa_outbox.notifications WHERE status = 'queued'").fetchone()[0]
+    before = io_counters(url)
     start, stop = SPAWN.Barrier(processes + 1), SPAWN.Event()
     workers = [SPAWN.Process(target=_run_worker, args=(settings, start, stop), daemon=True)
                for _ in range(processes)]
@@ -397,24 +435,47 @@ def drain(url: str) -> dict[str, Any]:
         worker.join(60)
     if sent != QUEUED:
         raise SystemExit(f"only {sent} of {QUEUED} queued messages were sent")
-    return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series}
+    time.sleep(1)  # the workers' statistics reach the cumulative views at their exit, within a second
+    after = io_counters(url)
+    per_message = {k: round((after[k] - before.get(k, 0)) / QUEUED, 3) for k in after
+                   if after[k] - before.get(k, 0) >= QUEUED // 100}
+    return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series, "per_message": per_message}
 
 
-def warm(url: str) -> float | None:
+def warm(url: str) -> float:
     """Read the indexes of the history tables and the contacts into the OS page cache (pg_prewarm, 'read' mode: not
     into shared_buffers), as on a server that has been running: the drain then measures the per-message work on big
-    tables, not which files the last run happened to leave cached. Returns the seconds it took (None: not warmed)."""
+    tables, not which files the last run happened to leave cached. Returns the seconds it took."""
     started = time.perf_counter()
+    tables = [f"wa_outbox.{t}" for t in ("notifications", "contacts")]
     with psycopg.connect(url, autocommit=True) as conn:
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        except psycopg.errors.FeatureNotSupported:  # not installed (the embedded Postgres has no contrib)
-            print("  pg_prewarm is not available on this server: the drain starts with whatever is cached", flush=True)
-            return None
-        conn.execute("SELECT pg_prewarm(i.indexrelid, 'read') FROM pg_index i WHERE i.indrelid = ANY (%s::regclass[])",
-                     ([f"wa_outbox.{t}" for t in ("notifications", "contacts")],))
-        conn.execute("SELECT pg_prewarm('wa_outbox.contacts', 'read')")
+        except psycopg.errors.FeatureNotSupported:  # the embedded server (pgserver) ships no pg_prewarm
+            read_files(conn, tables)
+        else:
+            conn.execute("SELECT pg_prewarm(i.indexrelid, 'read') FROM pg_index i "
+                         "WHERE i.indrelid = ANY (%s::regclass[])", (tables,))
+            conn.execute("SELECT pg_prewarm('wa_outbox.contacts', 'read')")
     return time.perf_counter() - started
+
+
+def read_files(conn: psycopg.Connection, tables: list[str]) -> None:
+    """What pg_prewarm(..., 'read') does, from this process: read the same relations' files (every 1 GB segment),
+    which needs the server on this machine and its data directory readable."""
+    rows = conn.execute(
+        "SELECT current_setting('data_directory') || '/' || pg_relation_filepath(r) AS path "
+        "FROM (SELECT i.indexrelid::regclass AS r FROM pg_index i WHERE i.indrelid = ANY (%s::regclass[]) "
+        "      UNION ALL SELECT 'wa_outbox.contacts'::regclass) x", (tables,)).fetchall()
+    for (path,) in rows:
+        segments = [Path(path)] + sorted(Path(path).parent.glob(Path(path).name + ".[0-9]*"))
+        for segment in segments:
+            try:
+                with segment.open("rb", buffering=0) as f:
+                    while f.read(1 << 20):
+                        pass
+            except OSError as e:
+                raise SystemExit(f"no pg_prewarm on this server, and its files cannot be read here: {e}") from e
 
 
 def sizes_on_disk(url: str) -> dict[str, Any]:
@@ -468,6 +529,8 @@ def main() -> None:
         print(f"{label(size):>5} history: {case['rate']:>7,.0f} messages/s claimed+recorded "
               f"({QUEUED:,} in {case['seconds']:.1f} s); EXPLAIN claim {e['claim']['ms']} ms, "
               f"record {e['record']['ms']} ms, status {e['status']['ms']} ms", flush=True)
+        print("        per message: " + ", ".join(f"{k} {v:g}" for k, v in sorted(
+            case["per_message"].items(), key=lambda kv: -kv[1])), flush=True)
         cases[size] = case
         if not args.keep:
             drop(server, run_name(size))

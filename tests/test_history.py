@@ -152,3 +152,74 @@ def test_the_queue_and_the_dead_letters_are_counted_from_indexes_alone(db):
         "SELECT coalesce(last_error ->> 'code', ''), count(*), max(id) FROM wa_outbox.notifications "
         "WHERE status = 'dead' GROUP BY 1")}
     assert groups == truth and set(truth) == {"", "131001", "131002"}
+
+
+# --- history flatness: where a claim's writes land (migration 0005, section History flatness) -----------------------
+
+@pytest.fixture
+def at_version_4(server_url):
+    """A scratch database at the revision before head (version 4), to be filled there and upgraded by the test."""
+    from tests.conftest import _with_dbname, create_scratch_database, drop_database
+    from wa_outbox import migrate
+    name = create_scratch_database(server_url, prefix="wa_outbox_history")
+    url = _with_dbname(server_url, name)
+    migrate.upgrade(url, migrate.revisions()[-2])
+    yield url
+    drop_database(server_url, name)
+
+
+def page(ctid: str) -> int:
+    return int(ctid.strip("()").split(",")[0])
+
+
+def test_new_messages_stay_out_of_the_holes_left_on_history_pages(at_version_4):
+    """Pages of history written before the upgrade are full but for a few hundred bytes each, which the free space
+    map offers to every INSERT: new messages would land one per cold page (bench/history.py at 10 M). After the
+    upgrade they go to pages of their own, which keep room for their claim's and record's new row versions."""
+    from wa_outbox import migrate
+    with psycopg.connect(at_version_4, autocommit=True) as conn:
+        # rows of ~1.3 kB: six per page, a ~340-byte hole in each, which a small new message would fit
+        conn.execute(
+            "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, status, wamid) "
+            "SELECT %s, (5511900000000 + i)::text, jsonb_build_object('type', 'text', 'text', "
+            "jsonb_build_object('body', repeat('x', 1250))), '', 'read', 'wamid.h' || i "
+            "FROM generate_series(1, 600) i", (SENDER,))
+        migrate.upgrade(at_version_4)
+        conn.execute("VACUUM wa_outbox.notifications")  # the holes are now in the free space map
+        history = {page(r[0]) for r in conn.execute("SELECT ctid::text FROM wa_outbox.notifications")}
+        conn.execute("INSERT INTO wa_outbox.settings (key, value) VALUES ('default_phone_number_id', %s)", (SENDER,))
+        for i in range(50):
+            conn.execute("SELECT wa_outbox.enqueue(%s, '{\"type\":\"text\",\"text\":{\"body\":\"hi\"}}')",
+                         (str(5511800000000 + i),))
+        new = {page(r[0]) for r in conn.execute(
+            "SELECT ctid::text FROM wa_outbox.notifications WHERE status = 'queued'")}
+    assert len(history) >= 90
+    assert not new & (history - {max(history)}), f"new messages landed on {len(new & history)} history pages"
+
+
+def test_pacing_a_contact_rewrites_its_row_in_place(at_version_4, monkeypatch):
+    """Each claim moves its recipients' contacts.pair_paced_until. Contacts written before the upgrade fill their
+    pages; after it, each page has room, so that update stays on the row's page (HOT: no new contacts_pkey entry, no
+    second page), however many contacts there are."""
+    from wa_outbox import migrate
+    with psycopg.connect(at_version_4, autocommit=True) as conn:
+        conn.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id, profile_name) "
+                     "SELECT %s, (5511900000000 + i)::text, 'Customer ' || i FROM generate_series(1, 2000) i",
+                     (SENDER,))
+        migrate.upgrade(at_version_4)
+        conn.execute("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash) "
+                     "SELECT %s, (5511900000000 + i * 13)::text, '{\"type\":\"text\",\"text\":{\"body\":\"hi\"}}', '' "
+                     "FROM generate_series(1, 100) i", (SENDER,))
+        before = dict(conn.execute("SELECT wa_id, ctid::text FROM wa_outbox.contacts").fetchall())
+        engine = wdb.create_engine(at_version_4, pool_size=1, isolation_level="AUTOCOMMIT")
+        try:
+            params = {"limit": 100, "worker_id": "w", "lease_seconds": 60, "default_mps": 1e6,
+                      **claim_pacing(Settings())}
+            claimed = wdb.fetch(engine, "claim_notifications", params)
+        finally:
+            engine.dispose()
+        after = dict(conn.execute("SELECT wa_id, ctid::text FROM wa_outbox.contacts WHERE pair_paced_until IS NOT NULL"
+                                  ).fetchall())
+    assert len(claimed) == 100 and len(after) == 100
+    moved = [w for w, ctid in after.items() if page(ctid) != page(before[w])]
+    assert not moved, f"{len(moved)} of 100 paced contacts moved to another page"
