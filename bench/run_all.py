@@ -46,6 +46,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
     Bench("outbox", "outbox.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
+    Bench("pacing-80", "pacing.py", ("--mps", "80", "--seconds", "60"), ("--mps", "80", "--seconds", "10")),
     Bench("history", "history.py", (), ("--sizes", "10000,20000")),  # it has no --quick: two small histories
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
