@@ -98,7 +98,7 @@ def test_page_has_machine_headline_and_one_section_per_file(site):
     start = lines.index("## Not measured yet") + 2
     not_measured = lines[start:lines.index("", start)]
     assert not_measured == [f"- `{b.name}` (`bench/{b.script}`)" for b in sorted(run_all.BENCHES, key=lambda b: b.name)
-                            if b.name != "claim"]
+                            if b.name not in ("claim", "pacing-80")]  # both have results in this test
 
 
 def test_plots_are_png_files_of_the_figure_size(site):
