@@ -155,7 +155,9 @@ max_client_conn = 200
             except psycopg.OperationalError as exc:
                 log = (tmp_path / "pgbouncer.log").read_text() if (tmp_path / "pgbouncer.log").exists() else ""
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.skip(f"pgbouncer did not come up in front of {target.split()[0]}: {exc} {log[-300:]}")
+                    # Installed and in front of a server it can reach (the case it cannot is skipped above): not
+                    # coming up is a failure of this setup, not a reason to skip.
+                    pytest.fail(f"pgbouncer did not come up in front of {target.split()[0]}: {exc} {log[-300:]}")
                 time.sleep(0.1)
         yield url, conninfo.make_conninfo(server_url, dbname=name), tmp_path / "pgbouncer.log"
     finally:
