@@ -773,7 +773,7 @@ COMMENT ON COLUMN wa_outbox.rate_limits.burst IS
 -- at Meta's end holds more than mps. An explicit burst (`ratelimit set --burst B`) is the classic bucket: refill at
 -- mps, capacity B, so a one-second window may hold up to B + mps sends.
 CREATE FUNCTION wa_outbox.bucket_shape(mps double precision, burst double precision,
-                                                  OUT refill double precision, OUT capacity double precision)
+                                       OUT refill double precision, OUT capacity double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN burst IS NULL THEN mps * (1 - 0.015) ELSE mps END,
            CASE WHEN burst IS NULL THEN 1 ELSE burst END
