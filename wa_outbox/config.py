@@ -223,7 +223,7 @@ DEFAULT_WEB_POOL_SIZE = 4
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)  # its password: never in repr()
     access_token: str | None = field(default=None, repr=False)
     app_secret: str | None = field(default=None, repr=False)
     verify_token: str | None = field(default=None, repr=False)
