@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -223,7 +223,7 @@ DEFAULT_WEB_POOL_SIZE = 4
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = field(default=None, repr=False)  # its password: never in repr()
+    database_url: str | None = field(default=None, repr=False)  # in repr() without its password
     access_token: str | None = field(default=None, repr=False)
     app_secret: str | None = field(default=None, repr=False)
     verify_token: str | None = field(default=None, repr=False)
@@ -266,6 +266,11 @@ class Settings:
     pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst (0: off)
     pair_burst: int = 3                    # messages one recipient may get at once
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
+
+    def __repr__(self) -> str:
+        shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
+        shown += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        return f"Settings({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
