@@ -50,7 +50,10 @@ CATALOG = {
                                   'generated', a.attgenerated,
                                   'collation', CASE WHEN a.attcollation <> t.typcollation
                                                     THEN a.attcollation::regcollation::text END,
-                                  'options', a.attoptions, 'storage', a.attstorage, 'acl', a.attacl::text[])
+                                  -- (n_distinct and the like; not what the server stamps itself, pg_*)
+                                  'options', (SELECT array_agg(o ORDER BY o) FROM unnest(a.attoptions) o
+                                              WHERE o NOT LIKE 'pg\\_%'),
+                                  'storage', a.attstorage, 'acl', a.attacl::text[])
         FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_type t ON t.oid = a.atttypid
@@ -195,6 +198,8 @@ def test_the_comparison_sees_a_change(from_file_url):
         "GRANT SELECT ON wa_outbox.settings TO PUBLIC",
         "ALTER TABLE wa_outbox.contacts SET (fillfactor = 70)",
         "ALTER TABLE wa_outbox.settings ADD COLUMN extra text",
+        "ALTER TABLE wa_outbox.settings ALTER COLUMN value SET (n_distinct = 5)",
+        "ALTER TABLE wa_outbox.notifications VALIDATE CONSTRAINT notifications_recipient_check",
     ]
     with psycopg.connect(from_file_url) as conn:
         before = catalog(conn)

@@ -6,9 +6,22 @@
 -- compares their catalogs (tables, columns, constraints, indexes, functions, triggers, views, comments, grants): a
 -- migration that changes the schema updates this file, and the `Revision:` line above, in the same commit.
 --
--- One section per concern, each table followed by its indexes, its functions and its triggers. Columns are in the
--- tables' physical order (columns added by later migrations come last: `SELECT *` sees them so). Nothing is granted:
--- the role that runs `db upgrade` owns every object, and the app's own role gets what its DBA grants.
+-- One section per concern, each table followed by its indexes, its functions and its triggers:
+--   Settings                       settings
+--   Messages: the outbox           notifications, notification_events (the timeline), notification_timeline,
+--                                  status_rank(), next_in_line() (per-recipient order)
+--   Message validation             recipient_problem(), message_problem(), key_problem() and their parts
+--   Enqueue                        enqueue(), enqueue_many(), enqueue_checked()
+--   Webhooks: inbound events       webhook_events, webhook_bodies, callback_outbox_id()
+--   Contacts                       contacts (pair pacing), return_pair_reservations()
+--   Rate limits                    rate_limits, bucket_shape(), reserve_slots(), reserve_slots_ahead()
+--   Campaigns                      campaigns, enqueue_campaign(), steer_campaign(), the parking trigger
+--   Workers and their metrics      workers, worker_metrics
+--   Views for operations           queue_health
+--   Grants
+-- A new concern gets a section of its own before "Views for operations". Columns are in the tables' physical order
+-- (columns added by later migrations come last: `SELECT *` sees them so). Nothing is granted: the role that runs
+-- `db upgrade` owns every object, and the app's own role gets what its DBA grants.
 -- Everything lives in schema wa_outbox, so it can sit beside the app's own tables in the app's database.
 
 CREATE SCHEMA IF NOT EXISTS wa_outbox;
