@@ -214,3 +214,14 @@ def test_schema_sql_names_the_head_revision():
     """The file says which migration it matches; a new migration must update it (and this line)."""
     found = re.search(r"^-- Revision: (\S+)$", SCHEMA_SQL.read_text(), re.M)
     assert found and found.group(1) == migrate.head(), "schema.sql's `-- Revision:` line must name the head"
+
+
+def test_roles_a_migration_creates_are_in_schema_sql():
+    """Roles belong to the server, not to a database, so the catalogs above cannot tell them apart: a migration that
+    creates one must say so in schema.sql too (none does today)."""
+    statement = re.compile(r"^\s*(CREATE\s+(?:ROLE|USER|GROUP)\s+[^;]+);", re.I | re.M)
+    text = SCHEMA_SQL.read_text()
+    in_file = {" ".join(s.split()) for s in statement.findall(text)}
+    for path in sorted((migrate.MIGRATIONS_DIR / "sql").glob("*.up.sql")):
+        for found in statement.findall(path.read_text()):
+            assert " ".join(found.split()) in in_file, f"{path.name}: {found} is not in schema.sql"
