@@ -28,7 +28,7 @@ OPENAPI = ROOT / "wa_outbox" / "web" / "openapi.json"
 CONFIG = ROOT / "wa_outbox" / "config.py"
 ENV_NOTES = ROOT / "docs" / "environment.yml"
 
-# An environment variable's name as config.py spells them (upper case, at least one underscore or a known word).
+# The names config.py mentions outside `_parse`/`env.get` calls (a helper reads them; an error message names them).
 ENV_NAME = re.compile(r"\b(?:WA_OUTBOX_[A-Z0-9_]+|WHATSAPP_[A-Z0-9_]+|DATABASE_URL|LOG_LEVEL|LOG_FORMAT|PORT|"
                       r"WEB_CONCURRENCY)\b")
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
@@ -245,7 +245,7 @@ def _name_of(call: ast.Call) -> str | None:
         arg = call.args[0]
     else:
         return None
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and ENV_NAME.fullmatch(arg.value):
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and re.fullmatch(r"[A-Z][A-Z0-9_]*", arg.value):
         return arg.value
     return None
 

@@ -100,17 +100,21 @@ def test_the_http_reference_has_every_route(site):
 
 
 def test_a_new_parse_line_is_documented_without_anything_else():
-    """Another engineer's new variable, added the usual way, appears on the page with its default and its `what`."""
+    """Another engineer's new variables, added the usual ways (a `_parse` line with its `what`, an `env.get`), appear
+    on the page with their default, their `what` and their field's comment."""
     source = (ROOT / "wa_outbox" / "config.py").read_text(encoding="utf-8")
-    anchor = '            service_window=_parse('
-    assert anchor in source
-    added = source.replace(anchor, '            brand_new=_parse(env, "WA_OUTBOX_BRAND_NEW", 7, _positive_int,\n'
-                                   '                             "a positive number of widgets"),\n' + anchor)
-    added = added.replace("    service_window: str = \"off\"",
-                          "    brand_new: int = 7                    # widgets per gadget\n    service_window: str = \"off\"")
-    page = gen_reference.environment(added, {"brand_new": 7}, {})
+    opening, field_anchor = "        return cls(\n", "    @classmethod\n    def from_env("
+    assert opening in source and field_anchor in source
+    added = source.replace(opening, opening + '            brand_new=_parse(env, "WA_OUTBOX_BRAND_NEW", 7, _positive_int,\n'
+                                              '                             "a positive number of widgets"),\n'
+                                              '            other_dir=env.get("SOME_OTHER_DIR", "").strip() or None,\n')
+    added = added.replace(field_anchor, "    brand_new: int = 7                    # widgets per gadget\n"
+                                        "    other_dir: str | None = None\n\n" + field_anchor)
+    page = gen_reference.environment(added, {"brand_new": 7, "other_dir": None}, {})
     row = next(line for line in page.splitlines() if "`WA_OUTBOX_BRAND_NEW`" in line)
     assert "`7`" in row and "a positive number of widgets" in row and "widgets per gadget" in row
+    assert "| `SOME_OTHER_DIR` |" in page
+    assert "WA_OUTBOX_BRAND_NEW" not in gen_reference.environment(source, {}, {})
 
 
 def test_defaults_come_from_the_settings_themselves():
