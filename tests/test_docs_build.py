@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# The checkout: the nearest directory above with mkdocs.yml (this file may move into a tier of tests/).
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "mkdocs.yml").is_file())
 sys.path.insert(0, str(ROOT / "docs"))
 
 import gen_reference  # noqa: E402
