@@ -158,3 +158,10 @@ def test_the_version_is_written_once():
     assert "## [Unreleased]" in changelog
     for version in range(1, 6):
         assert re.search(rf"^## .*[Ss]chema version {version}\b", changelog, re.M), f"schema version {version}"
+
+
+@pytest.mark.slow
+def test_the_site_loads_nothing_from_elsewhere(site):
+    for page in [site / "index.html", site / "reference" / "cli.html"]:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//', text), page
