@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-bench bench bench-quick bench-webhooks bench-outbox clean
+.PHONY: run test install install-bench install-docs docs bench bench-quick bench-webhooks bench-outbox clean
 
 $(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
@@ -29,6 +29,16 @@ bench: install-bench
 # The same at small sizes into build/bench-quick/: does each one start and finish? (Never published.)
 bench-quick: install-bench
 	$(BIN)/python bench/run_all.py --quick $(if $(BENCH_LOCK),--lock $(BENCH_LOCK))
+
+# The documentation site: MkDocs from docs/ (mkdocs.yml), every warning an error, into build/site/.
+$(BIN)/.installed-docs: $(BIN)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,docs]'
+	@touch $@
+
+install-docs: $(BIN)/.installed-docs
+
+docs: install-docs
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 run: install
 	$(BIN)/wa-outbox dev

@@ -1,6 +1,6 @@
 -- Requeue dead (or Meta-`failed`) messages: attempts start over, and the timeline says who asked. By ids, or all
 -- messages of the dead-letter queue (dead and failed, as list_dead.sql shows it) matching the filters.
--- Where a retried message goes (README, "Per recipient"):
+-- Where a retried message goes (docs/message-life.md, "Per recipient"):
 --  * in its priority's queue, to the back: due from the moment of the retry, so behind every message already due
 --    (the claim takes them by next_attempt_at), never ahead of them; a batch keeps its order, by id, 1 µs apart;
 --  * in its recipient's line, back to its original place (lines are ordered by id): that recipient's later messages
