@@ -1,0 +1,203 @@
+"""Wrong tokens are slowed per client and logged as a rate (web/auth_throttle.py): the budget arithmetic on a given
+clock, then the real app answering 429 to one client while another logs in, and one summary line for many guesses."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import threading
+
+import pytest
+
+from tests.conftest import API_TOKEN
+from tests.test_ops import _csrf
+from wa_outbox.config import ConfigError, Settings
+from wa_outbox.web import create_app, engine_of
+from wa_outbox.web.auth_throttle import AuthThrottle, FailureBudget, FailureSummary, client_key
+
+# --- the arithmetic ---------------------------------------------------------------------------------------------------
+
+def test_a_client_gets_its_burst_then_one_try_per_refill():
+    budget = FailureBudget(burst=3, per_minute=6)  # one unit per 10 s
+    for _ in range(3):
+        assert budget.retry_after("a", now=100.0) is None
+        budget.failed("a", now=100.0)
+    assert budget.retry_after("a", now=100.0) == 10
+    assert budget.retry_after("a", now=104.5) == 6  # whole seconds, rounded up
+    assert budget.retry_after("a", now=110.0) is None
+    budget.failed("a", now=110.0)
+    assert budget.retry_after("a", now=110.0) == 10
+    assert budget.retry_after("b", now=110.0) is None  # another client is not affected
+
+
+def test_a_budget_refills_to_its_burst_and_no_further():
+    budget = FailureBudget(burst=2, per_minute=60)
+    budget.failed("a", now=0.0)
+    for now in (1000.0, 1000.0):
+        assert budget.retry_after("a", now=now) is None
+        budget.failed("a", now=now)
+    assert budget.retry_after("a", now=1000.0) == 1
+
+
+def test_a_few_typos_never_block_and_a_correct_token_forgets_them():
+    budget = FailureBudget(burst=10, per_minute=6)
+    for _ in range(9):
+        budget.failed("operator", now=0.0)
+    assert budget.retry_after("operator", now=0.0) is None
+    budget.succeeded("operator")
+    assert len(budget) == 0
+
+
+def test_a_flood_of_addresses_cannot_grow_the_budgets_without_limit():
+    budget = FailureBudget(burst=3, per_minute=6, max_clients=100)
+    for i in range(10_000):
+        budget.failed(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", now=float(i))
+    assert len(budget) == 100
+    assert budget.retry_after("10.0.39.15", now=10_000.0) is None  # the oldest were dropped ...
+    budget.failed("10.0.39.15", now=10_000.0)
+    assert len(budget) == 100  # ... and the newest kept
+
+
+@pytest.mark.parametrize("remote, forwarded, proxies, expected", [
+    ("192.0.2.7", None, 0, "192.0.2.7"),
+    ("192.0.2.7", "198.51.100.1", 0, "192.0.2.7"),  # no proxy trusted: the header is the client's word
+    ("10.1.2.3", "6.6.6.6, 198.51.100.1", 1, "198.51.100.1"),  # Heroku: the router appended the last one
+    ("10.1.2.3", "6.6.6.6, 198.51.100.1, 10.9.9.9", 2, "198.51.100.1"),
+    ("10.1.2.3", "198.51.100.1", 3, "198.51.100.1"),  # fewer entries than proxies: the furthest one known
+    ("10.1.2.3", "", 1, "10.1.2.3"),
+    ("2001:db8:1:2:3:4:5:6", None, 0, "2001:db8:1:2::/64"),  # one host's IPv6 block is one client
+    ("::ffff:192.0.2.7", None, 0, "192.0.2.7"),
+    ("10.1.2.3", "not-an-address", 1, "not-an-address"),
+    (None, None, 0, "unknown"),
+])
+def test_client_key(remote, forwarded, proxies, expected):
+    assert client_key(remote, forwarded, proxies) == expected
+
+
+def test_the_summary_counts_failures_and_clients_once_per_interval():
+    summary = FailureSummary(max_clients=2)
+    assert summary.take(60) is None
+    assert summary.add("a", refused=False) is True  # the first: the caller schedules the line
+    for key in ("a", "b", "c"):
+        assert summary.add(key, refused=False) is False
+    summary.add("a", refused=True)
+    line = summary.take(60)
+    assert line == ("4 failed logins (wrong tokens at /ops/login or /v1) from at least 2 clients in the last 60 s; "
+                    "1 more refused with 429 while over their budget")
+    assert summary.take(60) is None
+
+
+def test_the_summary_line_is_logged_by_itself_after_the_interval(caplog):
+    """No request needs to come after the guesses for their summary to be written."""
+    arrived = threading.Event()
+
+    class Signal(logging.Handler):
+        def emit(self, record):
+            if "failed logins" in record.getMessage():
+                arrived.set()
+
+    handler = Signal()
+    logging.getLogger("wa_outbox.web.auth_throttle").addHandler(handler)
+    try:
+        throttle = AuthThrottle(burst=5, per_minute=6, summary_seconds=0.01)
+        for _ in range(3):
+            throttle.failed("192.0.2.1")
+        assert arrived.wait(timeout=30)
+    finally:
+        logging.getLogger("wa_outbox.web.auth_throttle").removeHandler(handler)
+    assert throttle.flush() is None  # already taken
+
+
+def test_the_settings_parse_and_refuse():
+    settings = Settings.from_env({"WA_OUTBOX_TRUSTED_PROXIES": "1", "WA_OUTBOX_AUTH_FAILURE_BURST": "20",
+                                  "WA_OUTBOX_AUTH_FAILURES_PER_MINUTE": "2.5"})
+    assert (settings.trusted_proxies, settings.auth_failure_burst, settings.auth_failures_per_minute) == (1, 20, 2.5)
+    defaults = Settings.from_env({})
+    assert (defaults.trusted_proxies, defaults.auth_failure_burst, defaults.auth_failures_per_minute) == (0, 10, 6.0)
+    for name, value in (("WA_OUTBOX_TRUSTED_PROXIES", "-1"), ("WA_OUTBOX_AUTH_FAILURE_BURST", "0"),
+                        ("WA_OUTBOX_AUTH_FAILURES_PER_MINUTE", "nan")):
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: value})
+
+
+# --- the real app -------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def strict_app(settings, database_url):
+    """The app with a budget of 3 wrong tokens per client (and no refill within a test), behind one proxy (as on
+    Heroku); its summary line only when a test asks for it."""
+    from wa_outbox.web import auth_throttle
+    app = create_app(dataclasses.replace(settings, auth_failure_burst=3, auth_failures_per_minute=0.01,
+                                         trusted_proxies=1), metrics=False)
+    app.testing = True
+    auth_throttle.of(app).summary_seconds = 24 * 3600
+    yield app
+    engine_of(app).dispose()
+
+
+def _from(app, address: str):
+    """A browser whose requests the proxy forwards as coming from `address`."""
+    client = app.test_client()
+    client.environ_base["HTTP_X_FORWARDED_FOR"] = address
+    return client
+
+
+def _try_login(client, token: str):
+    page = client.get("/ops/login")
+    return client.post("/ops/login", data={"token": token, "csrf_token": _csrf(page.get_data(as_text=True))})
+
+
+def test_login_guesses_beyond_the_budget_get_429_while_another_client_logs_in(strict_app):
+    guesser, operator = _from(strict_app, "203.0.113.9"), _from(strict_app, "198.51.100.20")
+    for i in range(3):
+        assert _try_login(guesser, f"guess-number-{i:04d}-xxxxxxx").status_code == 401
+    refused = _try_login(guesser, "guess-number-0004-xxxxxxx")
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 6000  # one unit per 100 minutes
+    assert "Too many wrong tokens" in refused.get_data(as_text=True)
+    assert _try_login(guesser, API_TOKEN).status_code == 429  # not even compared while over budget
+    assert guesser.get("/ops").status_code == 302
+    # another client, and the operator's typos, are not the guesser's problem
+    assert _try_login(operator, "a-typo-in-the-token-xxxxx").status_code == 401
+    response = _try_login(operator, API_TOKEN)
+    assert response.status_code == 302 and response.headers["Location"] == "/ops"
+    assert operator.get("/ops").status_code == 200
+
+
+def test_bearer_guesses_beyond_the_budget_get_429_json(strict_app):
+    guesser, caller = _from(strict_app, "203.0.113.10"), _from(strict_app, "198.51.100.21")
+    for i in range(3):
+        response = guesser.get("/v1/dead", headers={"Authorization": f"Bearer guess-{i:04d}-xxxxxxxxxxx"})
+        assert response.status_code == 401
+    response = guesser.get("/v1/dead", headers={"Authorization": f"Bearer {API_TOKEN}"})
+    assert response.status_code == 429
+    body = response.get_json()
+    assert body["error"]["status"] == 429 and body["error"]["retry_after"] == int(response.headers["Retry-After"])
+    assert API_TOKEN not in response.get_data(as_text=True)
+    assert caller.get("/v1/dead", headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 200
+
+
+def test_a_spoofed_forwarded_entry_does_not_buy_a_new_budget(strict_app):
+    """Behind one proxy only the entry it appended counts: what the client wrote to the left of it changes nothing."""
+    for i in range(3):
+        client = _from(strict_app, f"10.0.0.{i}, 203.0.113.11")
+        assert _try_login(client, f"guess-number-{i:04d}-xxxxxxx").status_code == 401
+    assert _try_login(_from(strict_app, "10.0.0.99, 203.0.113.11"), "guess-number-0099-xxxxxxx").status_code == 429
+
+
+def test_many_failures_make_one_summary_line_and_no_line_each(strict_app, caplog):
+    caplog.set_level(logging.DEBUG)
+    for n in range(5):
+        guesser = _from(strict_app, f"203.0.113.{100 + n}")
+        for i in range(6):  # 3 wrong, then 3 refused with 429
+            _try_login(guesser, f"wrong-token-{n}-{i}-abcdefghij")
+            guesser.get("/v1/dead", headers={"Authorization": f"Bearer wrong-bearer-{n}-{i}-abcdefgh"})
+    assert not [r for r in caplog.records if "refused" in r.getMessage() or "203.0.113" in r.getMessage()]
+    from wa_outbox.web import auth_throttle
+    line = auth_throttle.of(strict_app).flush()
+    lines = [r.getMessage() for r in caplog.records if "failed logins" in r.getMessage()]
+    assert lines == [line]
+    assert re.fullmatch(r"15 failed logins \(wrong tokens at /ops/login or /v1\) from 5 clients in the last \d+ s; "
+                        r"45 more refused with 429 while over their budget", line), line
+    assert "wrong-token" not in caplog.text and "wrong-bearer" not in caplog.text
