@@ -40,13 +40,11 @@ def test_a_budget_refills_to_its_burst_and_no_further():
     assert budget.retry_after("a", now=1000.0) == 1
 
 
-def test_a_few_typos_never_block_and_a_correct_token_forgets_them():
+def test_a_few_typos_never_block():
     budget = FailureBudget(burst=10, per_minute=6)
     for _ in range(9):
         budget.failed("operator", now=0.0)
     assert budget.retry_after("operator", now=0.0) is None
-    budget.succeeded("operator")
-    assert len(budget) == 0
 
 
 def test_a_flood_of_addresses_cannot_grow_the_budgets_without_limit():
@@ -115,6 +113,8 @@ def test_the_settings_parse_and_refuse():
     assert (settings.trusted_proxies, settings.auth_failure_burst, settings.auth_failures_per_minute) == (1, 20, 2.5)
     defaults = Settings.from_env({})
     assert (defaults.trusted_proxies, defaults.auth_failure_burst, defaults.auth_failures_per_minute) == (0, 10, 6.0)
+    assert Settings.from_env({"DYNO": "web.1"}).trusted_proxies == 1  # Heroku's router in front
+    assert Settings.from_env({"DYNO": "web.1", "WA_OUTBOX_TRUSTED_PROXIES": "0"}).trusted_proxies == 0
     for name, value in (("WA_OUTBOX_TRUSTED_PROXIES", "-1"), ("WA_OUTBOX_AUTH_FAILURE_BURST", "0"),
                         ("WA_OUTBOX_AUTH_FAILURES_PER_MINUTE", "nan")):
         with pytest.raises(ConfigError, match=name):

@@ -207,7 +207,7 @@ class Settings:
     validate: str = "off"                  # "meta": refuse at enqueue what Meta's schema refuses (meta_schema.py)
     # operations
     metrics_token: str | None = field(default=None, repr=False)  # when set, /metrics needs it as a bearer token
-    trusted_proxies: int = 0               # proxies in front that append to X-Forwarded-For (Heroku's router: 1)
+    trusted_proxies: int = 0               # proxies in front that append to X-Forwarded-For (default 1 on Heroku)
     auth_failure_burst: int = 10           # wrong tokens one client may send at once (/ops/login and /v1) ...
     auth_failures_per_minute: float = 6.0  # ... and at this rate after that; beyond: 429 with Retry-After
     worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
@@ -265,7 +265,8 @@ class Settings:
             validate=_validate_mode(env),
             metrics_token=_parse(env, "WA_OUTBOX_METRICS_TOKEN", None, _token, "a token of at least 16 characters",
                                  shown=_secret),
-            trusted_proxies=_parse(env, "WA_OUTBOX_TRUSTED_PROXIES", 0, _non_negative_int,
+            # Heroku's router, on a dyno (it sets DYNO): the X-Forwarded-For entry it appends is the client's.
+            trusted_proxies=_parse(env, "WA_OUTBOX_TRUSTED_PROXIES", 1 if env.get("DYNO") else 0, _non_negative_int,
                                    "the number of proxies in front of the web process (0: none, 1: Heroku's router)"),
             auth_failure_burst=_parse(env, "WA_OUTBOX_AUTH_FAILURE_BURST", 10, _positive_int,
                                       "a positive number of wrong tokens one client may send at once"),

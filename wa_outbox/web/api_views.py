@@ -56,7 +56,6 @@ def _require_token():
         response, status = json_error(401, "invalid bearer token")
         response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox", error="invalid_token"'
         return response, status
-    throttle.succeeded(client)
     return None
 
 

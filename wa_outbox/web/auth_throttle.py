@@ -4,12 +4,15 @@ Every wrong token sent to POST /ops/login or as /v1's bearer token spends one un
 token bucket of WA_OUTBOX_AUTH_FAILURE_BURST units refilled at WA_OUTBOX_AUTH_FAILURES_PER_MINUTE. A client whose
 budget is spent is answered 429 with Retry-After, and its token is not even compared, so a guess costs it the wait.
 Nothing waits in a request thread (that would hand the threads to whoever guesses), other clients are not affected,
-and an operator who mistypes a few times never notices. A correct token empties nothing and resets its client.
+and an operator who mistypes a few times never notices. A correct token costs nothing (and refunds nothing: a
+guesser sharing an address with a well-configured caller gets no more guesses for it).
 
 The client is the socket peer, or with WA_OUTBOX_TRUSTED_PROXIES = n the X-Forwarded-For entry the n-th proxy
-appended (Heroku's router appends the address it saw: n = 1). IPv6 clients count per /64, the block one host gets.
-The budgets live in process memory, at most MAX_CLIENTS of them (least recently failed dropped first), so a flood of
-addresses cannot grow it; each gunicorn process keeps its own.
+appended. Heroku's router appends the address it saw
+(https://devcenter.heroku.com/articles/http-routing#heroku-headers), so on a dyno (DYNO set) n defaults to 1:
+counted per router address instead, one guesser would block everyone. IPv6 clients count per /64, the block one
+host gets. The budgets live in process memory, at most MAX_CLIENTS of them (least recently failed dropped first), so
+a flood of addresses cannot grow it; each gunicorn process keeps its own.
 
 Failures are not logged one line each: one warning per SUMMARY_SECONDS that had any, "N failed logins from M
 clients in the last 60 s".
@@ -91,10 +94,6 @@ class FailureBudget:
         while len(self._buckets) > self.max_clients:
             self._buckets.popitem(last=False)
 
-    def succeeded(self, key: str) -> None:
-        """`key` sent a correct token: whatever it mistyped before is forgotten."""
-        self._buckets.pop(key, None)
-
     def __len__(self) -> int:
         return len(self._buckets)
 
@@ -163,12 +162,6 @@ class AuthThrottle:
         with self._lock:
             self.budget.failed(key, self.clock())
             self._count(key, refused=False)
-
-    def succeeded(self, key: str) -> None:
-        if not len(self.budget):
-            return
-        with self._lock:
-            self.budget.succeeded(key)
 
     def _count(self, key: str, *, refused: bool) -> None:
         if self.summary.add(key, refused=refused):

@@ -197,7 +197,6 @@ def login_submit():
         if token:
             throttle.failed(client)  # counted for the summary line, never logged one by one (nor the token)
         return _page("login.html", 401, next=_next_location(), error="That is not one of WA_OUTBOX_API_TOKENS.")
-    throttle.succeeded(client)
     if session.get(SESSION_FIELD):  # the browser's previous session, if any, ends here
         ops_sessions.close_session(_engine(), session[SESSION_FIELD])
     session.clear()  # a fresh session (and CSRF token) at every login: nothing planted before it survives
