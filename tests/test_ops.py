@@ -447,6 +447,12 @@ _PAGE_QUERIES = {
     "requeue": ({"ids": [1], "all": False, "code": None, "recipient": None, "actor": "ops"}, {"notifications_pkey"}),
     # Any index will do (here the planner picks a partial index of dead rows), never a scan of the table.
     "purge_dead": ({"ids": [1], "all": False, "older_than_days": 0}, set()),
+    # every /ops request asks for its session; each login and `prune` delete the expired ones
+    "ops_session_check": ({"id": b"\0" * 32}, {"ops_sessions_pkey"}),
+    "ops_session_close": ({"id": b"\0" * 32}, {"ops_sessions_pkey"}),
+    "ops_session_open": ({"id": b"\0" * 32, "token_fingerprint": b"\0" * 32, "lifetime_seconds": 60},
+                         {"ops_sessions_expires_at"}),
+    "prune_ops_sessions": ({}, {"ops_sessions_expires_at"}),
 }
 
 
