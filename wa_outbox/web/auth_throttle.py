@@ -107,6 +107,11 @@ class FailureSummary:
         self.clients: set[str] = set()
         self.more_clients = False  # more distinct clients than max_clients: "at least M"
 
+    def _reset(self) -> None:
+        self.failures = self.refused = 0
+        self.clients = set()
+        self.more_clients = False
+
     def add(self, key: str, *, refused: bool) -> bool:
         """Count one; True when it is the first since the last summary (time to schedule the next one)."""
         first = not (self.failures or self.refused)
@@ -129,7 +134,7 @@ class FailureSummary:
                 f"in the last {seconds:.0f} s")
         if self.refused:
             line += f"; {self.refused} more refused with 429 while over their budget"
-        self.__init__(self.max_clients)
+        self._reset()
         return line
 
 
