@@ -7,16 +7,39 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import re
 
 import pytest
 
 from tests.conftest import API_TOKEN
-from tests.test_ops import _csrf, _insert, _login, _page_csrf
 from wa_outbox import outbox
 from wa_outbox.web import create_app, engine_of
 
 OTHER_TOKEN = "another-api-token-abcdefghij"
 COOKIE = "wa_outbox_ops"
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, "no CSRF token in the page"
+    return match.group(1)
+
+
+def _login(client, token: str = API_TOKEN):
+    page = client.get("/ops/login")
+    return client.post("/ops/login", data={"token": token, "csrf_token": _csrf(page.get_data(as_text=True)),
+                                           "next": "/ops"})
+
+
+def _page_csrf(client) -> str:
+    return _csrf(client.get("/ops").get_data(as_text=True))
+
+
+def _dead_message(db) -> int:
+    return db.execute(
+        "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, status, attempts) "
+        "VALUES ('100000000000001', '5511987654321', '{\"type\": \"text\", \"text\": {\"body\": \"hi\"}}', 'h', "
+        "'dead', 3) RETURNING id").fetchone()[0]
 
 
 def _cookie(client) -> str:
@@ -50,7 +73,7 @@ def test_a_copied_cookie_is_no_session_once_its_owner_logged_out(app, client, db
     assert client.post("/ops/logout", data={"csrf_token": _page_csrf(client)}).status_code == 302
     assert db.execute("SELECT count(*) FROM wa_outbox.ops_sessions").fetchone()[0] == 0
     assert thief.get("/ops").status_code == 302  # ... and not after the logout
-    dead = _insert(db, status="dead", code=131026)
+    dead = _dead_message(db)
     response = thief.post(f"/ops/messages/{dead}/retry", data={"csrf_token": stolen_csrf})
     assert response.status_code == 401
     assert db.execute("SELECT status FROM wa_outbox.notifications WHERE id = %s", (dead,)).fetchone()[0] == "dead"
