@@ -618,7 +618,7 @@ def audit(run: dict) -> tuple[list[str], dict]:
     most, most_at = busiest_window(accepted)
     granted, _ = busiest_window(sorted(t for times in claims.values() for t in times))  # a claim takes a token
     delays = sorted(d for m in messages if (d := claim_to_arrival(m, claims)) is not None)
-    # The schedule's promise (migrations/sql/0004_scale.up.sql, reserve_slots): send slots at least 1/R apart,
+    # The schedule's promise (wa_outbox/sql/schema.sql, reserve_slots): send slots at least 1/R apart,
     # R = 0.985 mps, and no send before its slot, so a one-second window at Meta's end holds at most 1 + R (1 + J)
     # sends when each arrives up to J after its slot: <= mps while J stays under 15 ms (a worker gives a row back
     # rather than send it more than 10 ms late). On a machine this busy J is larger now and then (measured below),

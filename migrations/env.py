@@ -1,4 +1,14 @@
-"""Alembic environment: the database comes from DATABASE_URL (or the URL `wa-outbox db upgrade` passes in)."""
+"""Alembic environment: the database comes from DATABASE_URL (or the URL `wa-outbox db upgrade` passes in).
+
+The migrations are how a database gets to the current schema; wa_outbox/sql/schema.sql is what the schema is, for a
+reader. A new migration:
+- is named for what it changes (`0006_ops_sessions`, not `0006_misc`): its revision id, its versions/ script and its
+  sql/<revision>.up.sql and .down.sql share that name (the existing ones keep theirs: deployed databases know them);
+- updates schema.sql in the same commit (the object as it now is, where a reader looks for it, and the file's
+  `-- Revision:` line). tests/test_schema_file.py compares a database built from schema.sql with one migrated from
+  empty, and fails, with a diff, until both agree;
+- is cited by nothing: comments point at schema.sql (or the function or table), which says why.
+"""
 
 import sqlalchemy as sa
 from alembic import context

@@ -21,7 +21,8 @@ def test_defaults_and_heroku_url():
 def test_secrets_are_not_in_repr():
     s = Settings.from_env({**WEB_ENV, "WHATSAPP_ACCESS_TOKEN": "EAAG-secret-token"})
     text = repr(s)
-    assert "EAAG-secret-token" not in text and "a" * 16 not in text and "p@db" in text  # URL shown, tokens not
+    assert "EAAG-secret-token" not in text and "a" * 16 not in text  # tokens not shown
+    assert "database_url='postgresql://u:***@db.example:5432/app'" in text  # the URL shown, its password not
 
 
 @pytest.mark.parametrize("name, value, fragment", [

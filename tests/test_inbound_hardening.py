@@ -318,7 +318,7 @@ def test_the_status_event_look_up_of_the_reconciler_is_index_backed(db):
     finally:
         db.execute("RESET enable_seqscan")
     assert "webhook_events_status_outbox_id" in plan  # only status events not yet done are read
-    assert "webhook_events_wamid" in plan  # the same, by wamid (partial on them: 0005_speed)
+    assert "webhook_events_wamid" in plan  # the same, by wamid (partial on them: schema.sql)
     assert "Seq Scan on webhook_events" not in plan
 
 

@@ -30,18 +30,27 @@ DEV_DEFAULTS = {
 }
 
 
+class ConfigurationError(click.ClickException):
+    """A ConfigError: `wa-outbox: configuration error: …` in one line, exit status 2, as gunicorn_conf and the WSGI
+    entry point exit on one (the platform tells a bad setting from a failure by it)."""
+    exit_code = 2
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(f"configuration error: {error}")
+
+
 def _settings(*, service: bool = False) -> Settings:
     """The settings from the environment, with a database; logging configured: to stdout for a service (web, worker:
     the platform collects stdout), to stderr for every other command (its results alone go to stdout)."""
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from None
+        raise ConfigurationError(exc) from None
     logs.configure(settings.log_level, settings.log_format, sys.stdout if service else sys.stderr)
     try:
         return with_database(settings)
     except ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from None
+        raise ConfigurationError(exc) from None
 
 
 class CliError(click.ClickException):
@@ -275,7 +284,7 @@ def web(port: int | None) -> None:
     try:
         settings.require_web()
     except ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from None
+        raise ConfigurationError(exc) from None
     sys.exit(_run_children({"web": _gunicorn_command()}))
 
 
@@ -290,7 +299,7 @@ def worker() -> None:
     try:
         settings.require_worker()
     except ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from None
+        raise ConfigurationError(exc) from None
     stopping = threading.Event()
     running: list[Worker] = []
 
@@ -306,7 +315,7 @@ def worker() -> None:
     try:
         the_worker = Worker(settings)
     except ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from None
+        raise ConfigurationError(exc) from None
     running.append(the_worker)
     if stopping.is_set():
         return

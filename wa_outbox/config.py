@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -51,40 +51,95 @@ def _secret(raw: str) -> None:
     return None
 
 
+# A password may hold characters a URL parser reads as structure ('@', '/', '?', '#', '[', ']'), and each parser
+# (libpq, urllib, SQLAlchemy) splits such a URL differently: libpq ends the user information at the first '@' or '/',
+# urllib at the first '/', '?' or '#'. What redacts and scrubs a URL must therefore hide everything any of them could
+# read as the password: the most generous reading is that the user information runs to the last '@'.
+_MASK = "***"
+# A run of this many characters of a secret is masked wherever it appears in a message (a driver may quote a piece
+# of a misparsed password: libpq reading "host 'ss3@127.0.0.1'" out of an unencoded '@'); shorter runs are too
+# common to mask (they are digits of ports and letters of host names).
+_MASKED_RUN = 4
+
+
+def _userinfo(url: str) -> tuple[str, str, str] | None:
+    """(scheme, user information, host and the rest) of `url` by the generous reading, or None when it is not
+    scheme://…. The user information is '' when there is no '@'."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return None
+    userinfo, _, hostpart = rest.rpartition("@")
+    return scheme, userinfo, hostpart
+
+
+def _url_secrets(url: str) -> set[str]:
+    """Every string of `url` that is, or could be read as, a password: in the user information (raw and decoded, by
+    the generous reading and by libpq's) and in `password=` query parameters."""
+    secrets: set[str] = set()
+    split = _userinfo(url)
+    if split and ":" in split[1]:
+        generous = split[1].split(":", 1)[1]
+        libpq = re.split(r"[@/]", generous, maxsplit=1)[0]
+        # What libpq takes for the host or path after an unencoded '@' or '/': the password's tail.
+        tail = generous[len(libpq) + 1:].split("@")[0].split("/")[0]
+        secrets |= {generous, libpq, *([tail] if len(tail) >= 3 else [])}
+    for match in re.finditer(r"(?i)[?&]password=([^&]*)", url):
+        secrets.add(match.group(1))
+    return {form for secret in secrets for form in (secret, unquote(secret)) if form}
+
+
 def redact_url(url: str) -> str:
-    """`url` with its password (in the userinfo or a `password=` query parameter) replaced by ***: fit for a log or an
-    error message. Anything that does not parse as scheme://… is replaced entirely."""
-    parts = urlsplit(url)
-    if not parts.scheme or "://" not in url:
-        return "***"
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(netloc=f"{userinfo}{at}{hostport}", query=query).geturl()
+    """`url` with its password (in the user information or a `password=` query parameter) replaced by ***: fit for a
+    log or an error message, whatever the URL holds (it never raises). Anything that does not read as scheme://… is
+    replaced entirely."""
+    split = _userinfo(url)
+    if split is None:
+        return _MASK
+    scheme, userinfo, hostpart = split
+    if ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":" + _MASK
+    hostpart = re.sub(r"(?i)([?&]password=)[^&]*", r"\1" + _MASK, hostpart)
+    return f"{scheme}://{userinfo}@{hostpart}" if userinfo else f"{scheme}://{hostpart}"
 
 
 def _shown_url(raw: str) -> str | None:
     redacted = redact_url(raw)
-    return None if redacted == "***" else repr(redacted)
+    return None if redacted == _MASK else repr(redacted)
 
 
 def scrub(message: str, url: str | None) -> str:
-    """`message` (say, a driver's error) with every appearance of `url`'s password, raw or percent-encoded, and of
-    the URL itself replaced by ***: libpq quotes the offending part of a URL, which may be the password."""
+    """`message` (say, a driver's error) without `url`'s password: the URL itself is replaced by its redacted form, and
+    each password (raw or percent-decoded, however a parser could have split it) and every run of 4 or more of its
+    characters by ***. libpq quotes the offending part of a URL, which may be the password or a piece of it."""
     if not url:
         return message
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    secrets = {url}
-    if ":" in userinfo:
-        encoded = userinfo.split(":", 1)[1]
-        secrets |= {encoded, unquote(encoded)}
-    for match in re.finditer(r"(?i)(?:^|&)password=([^&]*)", parts.query):
-        secrets |= {match.group(1), unquote(match.group(1))}
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        message = message.replace(secret, "***" if secret != url else redact_url(url))
-    return message
+    message = message.replace(url, redact_url(url))
+    secrets = _url_secrets(url)
+    for secret in sorted(secrets, key=len, reverse=True):
+        message = message.replace(secret, _MASK)
+    return _mask_runs(message, secrets)
+
+
+def _mask_runs(message: str, secrets: set[str]) -> str:
+    """`message` with every run of `_MASKED_RUN` or more characters that appears in one of `secrets` masked."""
+    n = _MASKED_RUN
+    windows = {s[i:i + n] for s in secrets for i in range(len(s) - n + 1)} - {_MASK[0] * n}
+    if not windows:
+        return message
+    hidden = [False] * len(message)
+    for i in range(len(message) - n + 1):
+        if message[i:i + n] in windows:
+            hidden[i:i + n] = [True] * n
+    out, i = [], 0
+    while i < len(message):
+        if hidden[i]:
+            while i < len(message) and hidden[i]:
+                i += 1
+            out.append(_MASK)
+        else:
+            out.append(message[i])
+            i += 1
+    return "".join(out)
 
 
 def _positive_int(raw: str) -> int:
@@ -153,11 +208,16 @@ def normalize_database_url(raw: str) -> str:
     if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2"}:
         raise ValueError
     url = "postgresql://" + rest
+    userinfo = rest.rpartition("@")[0]
+    # libpq would end the user information at the first '@' or '/', taking the rest of the password for the host.
+    if "@" in userinfo or ("/" in userinfo and ":" in userinfo):
+        raise _Invalid("the user or password holds an '@' or '/' that is not percent-encoded (write %40, %2F)")
     from psycopg import ProgrammingError, conninfo  # noqa: PLC0415 - libpq's own parser, no connection made
     try:
         params = conninfo.conninfo_to_dict(url)
     except ProgrammingError as exc:
-        raise _Invalid(scrub(str(exc).strip().splitlines()[0], url)) from None
+        # Scrubbed whole, then its first line: a line break inside the URL must not cut a password out of reach.
+        raise _Invalid((scrub(str(exc), url).strip().splitlines() or ["libpq cannot parse it"])[0]) from None
     if not all(p.strip().isdigit() for p in str(params.get("port") or "5432").split(",")):
         raise _Invalid("the port is not a number")  # libpq would only say so when connecting
     return url
@@ -170,7 +230,7 @@ DEFAULT_WEB_POOL_SIZE = 4
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)  # in repr() without its password
     access_token: str | None = field(default=None, repr=False)
     app_secret: str | None = field(default=None, repr=False)
     verify_token: str | None = field(default=None, repr=False)
@@ -216,6 +276,11 @@ class Settings:
     pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst (0: off)
     pair_burst: int = 3                    # messages one recipient may get at once
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
+
+    def __repr__(self) -> str:
+        shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
+        shown += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        return f"Settings({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":

@@ -1,7 +1,7 @@
 """Validation of what the app asks to send, shared by the HTTP API, the Python `enqueue` and the CLI. Pure.
 
 The rules are owned by the SQL functions wa_outbox.recipient_problem(), message_problem() and key_problem()
-(migrations/sql/0002_hardening.up.sql), which every SQL entry point calls; this module mirrors them with the same
+(wa_outbox/sql/schema.sql), which every SQL entry point calls; this module mirrors them with the same
 reasons, so a Python caller hears them before anything touches its transaction. It also refuses what Postgres or a
 JSON parser would refuse before those functions even run (NUL, lone surrogates, NaN/Infinity, values that are not
 JSON, nesting too deep to parse): a Python caller never gets a raw database error for its input.

@@ -1,7 +1,7 @@
 """The words the database stores for states and transitions, in one place.
 
-Each enum mirrors a CHECK constraint of the schema (migrations/sql/); `tests/test_states.py` reads the constraints
-from a migrated database and fails when the two differ, so SQL and Python cannot drift apart.
+Each enum mirrors a CHECK constraint of the schema (wa_outbox/sql/schema.sql); `tests/test_states.py` reads the
+constraints from a migrated database and fails when the two differ, so SQL and Python cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 -- After a claim that could not fill a worker's free slots: how many seconds until there may be something to claim,
 -- i.e. until the earliest queued message is due and its sender's next send slot comes within the claim's horizon
--- (%(horizon)s s: reserve_slots, migration 0004), or its pause ends. Claims reserve slots ahead, so coming back
+-- (%(horizon)s s: reserve_slots in schema.sql), or its pause ends. Claims reserve slots ahead, so coming back
 -- then keeps the sender's schedule full; claims deferred the rows over the grant to exactly those times.
 -- The next slot: when the bucket level (tokens + elapsed * refill) reaches one.
 -- Negative or 0: at once. NULL: nothing queued (wait for NOTIFY or the poll interval).

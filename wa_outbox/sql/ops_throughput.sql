@@ -1,6 +1,6 @@
 -- The ops page's charts: per minute over the last hour, how many messages entered the queue (queued, requeued) and
 -- how many left it (sent, dead, cancelled), and how many Meta reported failed. Reads the last hour of the timeline
--- only, through its BRIN index on created_at (16-page ranges: migration 0005 says why); minutes without events are
+-- only, through its BRIN index on created_at (16-page ranges: schema.sql says why); minutes without events are
 -- rows of zeros.
 -- Its cost is one pass over the hour's events (100,000 in a minute after a bulk enqueue), so that pass does the
 -- least per row: one count per (minute, event), not five filtered counts, and the minute from date_bin (integer

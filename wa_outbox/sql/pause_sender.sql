@@ -1,5 +1,5 @@
 -- Pause a sender (throttled, in maintenance, or blocked until a human acts): every worker's claims grant it no tokens
--- until then. A bucket created here gets the default pacing (burst NULL: see bucket_shape in migration 0004).
+-- until then. A bucket created here gets the default pacing (burst NULL: see bucket_shape in schema.sql).
 -- The bucket is emptied as of its last claim, keeping the send slots other workers reserved ahead (negative tokens)
 -- on the schedule: a pause lifted early (`ratelimit resume`) never hands those moments out twice.
 -- Every worker hears of it at commit (NOTIFY, payload `pause <phone_number_id> <seconds left>`: worker/_sender.py

@@ -1,5 +1,5 @@
 -- Set a sender's rate (messages per second, shared by all workers) and optionally clear a pause. A NULL burst is
--- the default pacing (never more than mps in any one-second window: bucket_shape in migration 0004); a number is a
+-- the default pacing (never more than mps in any one-second window: bucket_shape in schema.sql); a number is a
 -- classic bucket of that size.
 -- Safe to repeat: an upsert of the same values.
 INSERT INTO wa_outbox.rate_limits AS r (phone_number_id, mps, burst, tokens)

@@ -1,5 +1,5 @@
 -- The shared per-sender rates and pauses, for `wa-outbox ratelimit show`: the configured rate (mps), the burst as
--- set (NULL: the default pacing), the bucket it makes (refill rate, capacity: bucket_shape in migration 0004) and
+-- set (NULL: the default pacing), the bucket it makes (refill rate, capacity: bucket_shape in schema.sql) and
 -- the tokens in it now (as ops_senders.sql counts them: 0 while send slots are reserved ahead).
 -- Safe to repeat: a read.
 SELECT r.phone_number_id, r.mps, r.burst, s.refill, s.capacity,

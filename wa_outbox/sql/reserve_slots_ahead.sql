@@ -1,5 +1,5 @@
 -- A worker reserves send slots just before its claim, for the senders it claimed for last time, in a statement of its
--- own (wa_outbox.reserve_slots_ahead, migration 0005): the sender's rate_limits row is locked only for this short
+-- own (wa_outbox.reserve_slots_ahead in schema.sql): the sender's rate_limits row is locked only for this short
 -- transaction, not through the claim and its commit, so the claims of several workers for one sender run side by side.
 -- Each sender's `unused` slots of this worker's last reservation (`reserved_at`) come back first if still the end of
 -- its schedule. Senders in key order: two workers lock the same rows in the same order (no deadlocks).

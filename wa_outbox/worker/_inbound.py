@@ -38,7 +38,7 @@ log = logging.getLogger("wa_outbox.inbound")
 Handler = Callable[[dict[str, Any]], Any]
 STATUS_RETRY_SECONDS = 2.0  # a status for a message whose send is still being recorded: look again shortly
 
-# The status words the outbox acts on: those wa_outbox.status_rank() ranks above 0 (migrations/sql/0001).
+# The status words the outbox acts on: those wa_outbox.status_rank() ranks above 0 (wa_outbox/sql/schema.sql).
 KNOWN_STATUS_WORDS = frozenset({TimelineEvent.SENT.value, TimelineEvent.DELIVERED.value, TimelineEvent.READ.value,
                                 TimelineEvent.PLAYED.value, TimelineEvent.FAILED.value})
 # Unix timestamps outside these bounds are garbage, not dates (Postgres' to_timestamp would overflow on some).
@@ -49,7 +49,7 @@ MAX_ERROR_CHARS = 1000
 MAX_NAME_CHARS = 256                # a customer's profile name
 MAX_WA_ID_CHARS = 32
 # The outbox id echoed in biz_opaque_callback_data: "<id>" or "<id>:<the app's own value>". 18 digits always fit a
-# bigint. Same rule as wa_outbox.callback_outbox_id() in SQL (migrations/sql/0002_hardening.up.sql).
+# bigint. Same rule as wa_outbox.callback_outbox_id() in SQL (wa_outbox/sql/schema.sql).
 _CALLBACK_OUTBOX_ID = re.compile(r"([0-9]{1,18})(?::|\Z)")
 # SQLSTATE classes that say the database or the connection is in trouble, not the statement's input: the batch is
 # left to its lease instead of charging each event an attempt.

@@ -1,8 +1,8 @@
 """The outbound pipeline of one worker: claim due messages into free send threads, send them concurrently through one
 pooled HTTP session, and record their outcomes in batches.
 
-Pacing: a claim reserves each row's send slot from its sender's schedule, shared by every worker (reserve_slots,
-migration 0004): slots 1/rate apart, at most SLOT_HORIZON seconds ahead. Each row's thread sleeps until its slot and
+Pacing: a claim reserves each row's send slot from its sender's schedule, shared by every worker (reserve_slots in
+schema.sql): slots 1/rate apart, at most SLOT_HORIZON seconds ahead. Each row's thread sleeps until its slot and
 sends then, so the spacing at Meta's end is the slot spacing plus a small, nearly constant delay, whatever the claim
 latency. Slots are in the database's time; the worker converts them with its estimate of the clock offset
 (database_clock.sql). A row still waiting for its slot is given back unsent (queued, attempt not counted) when its

@@ -1,0 +1,1110 @@
+-- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
+-- Revision: 0005_speed
+--
+-- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
+-- the service. tests/test_schema_file.py builds one database from this file alone and one from the migrations and
+-- compares their catalogs (tables, columns, constraints, indexes, functions, triggers, views, comments, grants): a
+-- migration that changes the schema updates this file, and the `Revision:` line above, in the same commit.
+--
+-- One section per concern, each table followed by its indexes, its functions and its triggers:
+--   Settings                       settings
+--   Messages: the outbox           notifications, notification_events (the timeline), notification_timeline,
+--                                  status_rank(), next_in_line() (per-recipient order)
+--   Message validation             recipient_problem(), message_problem(), key_problem() and their parts
+--   Enqueue                        enqueue(), enqueue_many(), enqueue_checked()
+--   Webhooks: inbound events       webhook_events, webhook_bodies, callback_outbox_id()
+--   Contacts                       contacts (pair pacing), return_pair_reservations()
+--   Rate limits                    rate_limits, bucket_shape(), reserve_slots(), reserve_slots_ahead()
+--   Campaigns                      campaigns, enqueue_campaign(), steer_campaign(), the parking trigger
+--   Workers and their metrics      workers, worker_metrics
+--   Views for operations           queue_health
+--   Grants
+-- A new concern gets a section of its own before "Views for operations". Columns are in the tables' physical order
+-- (columns added by later migrations come last: `SELECT *` sees them so). Nothing is granted: the role that runs
+-- `db upgrade` owns every object, and the app's own role gets what its DBA grants.
+-- Everything lives in schema wa_outbox, so it can sit beside the app's own tables in the app's database.
+
+CREATE SCHEMA IF NOT EXISTS wa_outbox;
+
+
+-- == Settings =======================================================================================================
+
+-- Service-wide settings written by wa-outbox processes at start-up (the default sender), read by SQL functions such
+-- as enqueue() that cannot see the environment.
+CREATE TABLE wa_outbox.settings (
+    key         text PRIMARY KEY,
+    value       text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- == Messages: the outbox ===========================================================================================
+
+-- One row per outbound message.
+CREATE TABLE wa_outbox.notifications (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    phone_number_id  text NOT NULL,                       -- the sender (business phone number id)
+    recipient        text NOT NULL,                       -- E.164 digits without '+', as Meta's wa_id (check below)
+    message          jsonb NOT NULL CHECK (jsonb_typeof(message) = 'object'),  -- Cloud API body, minus `to`
+    idempotency_key  text CHECK (length(idempotency_key) BETWEEN 1 AND 255),
+    request_hash     text NOT NULL,                       -- with a key: digest of (sender, recipient, message)
+    status           text NOT NULL DEFAULT 'queued' CHECK (status IN
+                     ('queued', 'sending', 'unknown', 'sent', 'delivered', 'read', 'failed', 'dead', 'cancelled')),
+    attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    -- An override of the retry policy; NULL (the default) means the workers' WA_OUTBOX_MAX_ATTEMPTS.
+    max_attempts     integer CHECK (max_attempts > 0),
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    locked_by        text,                                -- lease: the worker that claimed the row ...
+    locked_until     timestamptz,                         -- ... and until when
+    last_error       jsonb,                               -- {"code", "message", "details", "http_status", ...}
+    wamid            text,                                -- the message id Meta returned
+    correlation_id   text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    sent_at          timestamptz,
+    delivered_at     timestamptz,
+    read_at          timestamptz,
+    unknown_since    timestamptz,                         -- when the outcome became ambiguous
+    -- A message's campaign (NULL: a transactional message). No foreign key: the check would cost a look-up per row
+    -- of a bulk import; campaigns are never deleted while they have messages.
+    campaign_id      bigint,
+    -- Claim order: lower first. Transactional messages (0) go before campaign messages (1) when both wait, so a
+    -- 50,000-row campaign never delays an order confirmation.
+    priority         smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 9),
+    -- Order: messages to one recipient from one sender go out in the order they were enqueued (by id), one at a
+    -- time. Only the head of each (sender, recipient) line is claimable; a follower the claim finds is parked
+    -- (`blocked`) out of the due index, and the statement that finishes the head releases the next one
+    -- (next_in_line()). ordered = false opts a message out: it neither waits nor makes others wait.
+    ordered          boolean NOT NULL DEFAULT true,
+    blocked          boolean NOT NULL DEFAULT false,
+    CHECK ((status = 'sending') = (locked_until IS NOT NULL))
+)
+-- Queue tables churn: vacuum and analyze after a few percent of changes, not the default 20 % / 10 %, so the
+-- claim's index stays small and its plans stay right. fillfactor 90: a new message never lands in the few bytes
+-- left on an old history page (with 10 M messages of history, a claim read and dirtied one cold page per such
+-- message), and the versions its claim, record and status updates write stay on its own page (bench/history.py).
+WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02, fillfactor = 90);
+-- The recipient rule without a regular expression: it is checked for every row written, inserts and updates alike
+-- (a regular expression per row was 4 % of a bulk enqueue). NOT VALID: the rows written before it were checked by
+-- an identical rule (a regular expression), and validating would hold the table's lock for a scan.
+ALTER TABLE wa_outbox.notifications ADD CONSTRAINT notifications_recipient_check
+    CHECK (length(recipient) BETWEEN 7 AND 15 AND ltrim(recipient, '0123456789') = '' AND left(recipient, 1) <> '0')
+    NOT VALID;
+
+CREATE UNIQUE INDEX notifications_idempotency_key ON wa_outbox.notifications (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE UNIQUE INDEX notifications_wamid ON wa_outbox.notifications (wamid) WHERE wamid IS NOT NULL;
+-- The claim takes due rows by (priority, next_attempt_at). Partial, so its size is the queue's, not the table's
+-- (claiming is O(batch)); parked followers are not in it.
+CREATE INDEX notifications_due ON wa_outbox.notifications (priority, next_attempt_at)
+    WHERE status = 'queued' AND NOT blocked;
+-- The rescuer: expired leases.
+CREATE INDEX notifications_leased ON wa_outbox.notifications (locked_until) WHERE status = 'sending';
+-- Ambiguous sends waiting for a status webhook.
+CREATE INDEX notifications_unknown ON wa_outbox.notifications (unknown_since) WHERE status = 'unknown';
+-- Support look-ups: by phone, by correlation id.
+CREATE INDEX notifications_recipient ON wa_outbox.notifications (recipient, created_at DESC);
+CREATE INDEX notifications_correlation_id ON wa_outbox.notifications (correlation_id)
+    WHERE correlation_id IS NOT NULL;
+-- A campaign's messages, for steering it (pause, resume, cancel) and its summary.
+CREATE INDEX notifications_campaign ON wa_outbox.notifications (campaign_id, status) WHERE campaign_id IS NOT NULL;
+-- The unfinished ordered messages of each line, by id: "is anything earlier still to go?" and "who is next?" are one
+-- index probe each.
+CREATE INDEX notifications_line ON wa_outbox.notifications (phone_number_id, recipient, id)
+    WHERE ordered AND status IN ('queued', 'sending', 'unknown');
+-- Parked followers (a handful of lines at any time), for the sweep that releases a line whose release was missed
+-- (release_stalled_lines.sql).
+CREATE INDEX notifications_blocked ON wa_outbox.notifications (phone_number_id, recipient, id)
+    WHERE blocked AND status = 'queued';
+-- The dead-letter queue (dead, and Meta-failed: dlq list, /v1/dead), read newest first by id (list_dead.sql,
+-- keyset pagination).
+CREATE INDEX notifications_dead_or_failed ON wa_outbox.notifications (id) WHERE status IN ('dead', 'failed');
+-- Dead letters counted and aged from an index alone: the /metrics scrape, queue_health and the ops page read no
+-- heap row per dead letter (they grow with history: one in a hundred messages).
+CREATE INDEX notifications_dead_or_failed_age ON wa_outbox.notifications (status, created_at)
+    WHERE status IN ('dead', 'failed');
+-- The ops page's dead-letter groups by error code (ops_dead_groups.sql) and each group's newest samples, from the
+-- index alone: the planner takes an index-only scan of an expression index only when the expression's column is in
+-- the index too (INCLUDE). ('' is "no code", so one equality serves every group.)
+CREATE INDEX notifications_dead_code ON wa_outbox.notifications ((coalesce(last_error ->> 'code', '')), id)
+    INCLUDE (last_error) WHERE status = 'dead';
+-- The /metrics scrape (queue_metrics.sql) and queue_health count and age the waiting queue from an index alone.
+-- One entry per queued row (blocked or not); a row gets one when it is enqueued or put back in the queue.
+CREATE INDEX notifications_queued_age ON wa_outbox.notifications (created_at) INCLUDE (next_attempt_at)
+    WHERE status = 'queued';
+-- Retention (`wa-outbox prune`) has no index of its own: it walks the primary key over the ids created before its
+-- cutoff (ids grow with time) and filters status and age on the rows it reads. An index of old finished rows would
+-- cover nearly all of history and cost an entry on every status change, on the send path, for a daily job.
+
+-- The timeline: one row per transition, append-only.
+CREATE TABLE wa_outbox.notification_events (
+    id               bigint GENERATED ALWAYS AS IDENTITY,
+    -- No foreign key: every event is written by the same statement that changes its message, and the check would
+    -- cost a look-up per event on the hottest paths. Purge and prune delete a message's events with it.
+    notification_id  bigint NOT NULL,
+    event            text NOT NULL,   -- the words of wa_outbox/states.py's TimelineEvent (check below)
+    attempt          integer,
+    detail           jsonb,           -- error detail, wamid, worker, policy applied ...
+    correlation_id   text,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- One index serves every read (a message's timeline, in order) and costs one entry per event written.
+    PRIMARY KEY (notification_id, id)
+);
+-- NOT VALID: early versions could write a status word Meta invented as an event; those rows stay as history (the
+-- timeline is append-only), every new row is checked.
+ALTER TABLE wa_outbox.notification_events ADD CONSTRAINT notification_events_event_check CHECK (event IN
+    ('queued', 'sending', 'sent', 'retry_scheduled', 'throttled', 'sender_paused', 'pair_limited', 'unknown',
+     'reconciled', 'released', 'delivered', 'read', 'played', 'failed', 'unrecognized_status', 'dead', 'requeued',
+     'cancelled')) NOT VALID;
+-- The ops page's throughput per minute over the last hour (ops_throughput.sql). The timeline is append-only, so
+-- created_at follows the rows' physical order: a BRIN index finds the last hour's pages with no B-tree entry per
+-- event on the send path. 16 pages per range, not 128: a small event that lands in an old page's free space makes
+-- its whole range reach now, and smaller ranges read fewer rows thrown away (72,000 instead of 524,000 on 10 M).
+CREATE INDEX notification_events_created_at ON wa_outbox.notification_events USING brin (created_at)
+    WITH (pages_per_range = 16, autosummarize = on);
+
+-- Postgres itself refuses UPDATE and DELETE on the timeline. Retention pruning (and the purge of dead-letter rows
+-- with their events) opts in for its own transaction with: SET LOCAL wa_outbox.allow_prune = 'on'.
+CREATE FUNCTION wa_outbox.refuse_timeline_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'TRUNCATE') AND current_setting('wa_outbox.allow_prune', true) = 'on' THEN
+        RETURN OLD;  -- (NULL, and ignored, for TRUNCATE)
+    END IF;
+    RAISE EXCEPTION 'wa_outbox.notification_events is append-only (% refused)', TG_OP
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'retention pruning sets wa_outbox.allow_prune = on for its transaction';
+END $$;
+CREATE TRIGGER notification_events_append_only
+    BEFORE UPDATE OR DELETE ON wa_outbox.notification_events
+    FOR EACH ROW EXECUTE FUNCTION wa_outbox.refuse_timeline_change();
+CREATE TRIGGER notification_events_no_truncate
+    BEFORE TRUNCATE ON wa_outbox.notification_events
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.refuse_timeline_change();
+
+-- Support: a message's whole story in one query.
+CREATE VIEW wa_outbox.notification_timeline AS
+SELECT n.id AS notification_id, n.recipient, n.phone_number_id, n.status AS current_status, n.correlation_id,
+       n.wamid, e.id AS event_id, e.event, e.attempt, e.detail, e.created_at
+FROM wa_outbox.notifications n
+JOIN wa_outbox.notification_events e ON e.notification_id = n.id;
+
+-- How far along a message is, by the status words of Meta's status webhooks: a later webhook for an earlier step
+-- (a `delivered` arriving after `read`) never moves a message back.
+CREATE FUNCTION wa_outbox.status_rank(status text) RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE status WHEN 'sent' THEN 10 WHEN 'delivered' THEN 20 WHEN 'failed' THEN 25
+                       WHEN 'read' THEN 30 WHEN 'played' THEN 30 ELSE 0 END
+$$;
+
+-- next_in_line(): the order rule's one helper. Every statement that moves messages out of queued / sending /
+-- unknown (to sent, delivered, read, failed, dead, cancelled) must release the next parked message of each line
+-- those messages were in, in the same statement:
+--     released AS (
+--         UPDATE wa_outbox.notifications n
+--         SET blocked = false, next_attempt_at = greatest(n.next_attempt_at, now()), updated_at = now()
+--         WHERE n.id IN (SELECT wa_outbox.next_in_line(ARRAY(SELECT id FROM finished)))
+--           AND n.blocked AND n.status = 'queued')
+-- `finished` are the ids the statement finished (any, ordered or not): they are excluded, as the statement's own
+-- snapshot still shows them unfinished. Returns, per line, its first unfinished message when that one is parked.
+-- A release missed (a race with a claim parking a follower at the same moment) is made by the sweep,
+-- release_stalled_lines.sql, within seconds.
+CREATE FUNCTION wa_outbox.next_in_line(finished bigint[]) RETURNS SETOF bigint LANGUAGE sql STABLE AS $$
+    SELECT head.id
+    FROM (SELECT DISTINCT n.phone_number_id, n.recipient FROM wa_outbox.notifications n
+          WHERE n.id = ANY (finished) AND n.ordered) line,
+         LATERAL (SELECT h.id, h.blocked FROM wa_outbox.notifications h
+                  WHERE h.phone_number_id = line.phone_number_id AND h.recipient = line.recipient AND h.ordered
+                    AND h.status IN ('queued', 'sending', 'unknown') AND h.id <> ALL (finished)
+                  ORDER BY h.id LIMIT 1) head
+    WHERE head.blocked
+$$;
+
+
+-- == Message validation =============================================================================================
+-- One owner of the rules for what may be queued: recipient_problem(), message_problem() and key_problem() (NULL
+-- when fine, else the reason), called by enqueue(), enqueue_many() and enqueue_campaign(). wa_outbox/messages.py
+-- mirrors them word for word, so Python callers get the same verdict before anything reaches their transaction;
+-- tests/test_validation.py runs one table of cases through every entry point.
+-- Every rule is a LANGUAGE sql expression without sub-queries, so Postgres inlines it into the statement that calls
+-- it (no function call per item of a bulk enqueue). The two rules that walk the whole message are their own
+-- function, message_json_problem(), which a batch asks only when batch_json_suspect() says some item could break
+-- them: they are the last in order, so skipping them then changes no verdict.
+
+-- The recipient's digits (Meta's wa_id) without the separators people type, or NULL when that is not E.164. Digits
+-- already (as every Python caller sends it) need no regular expression: they were a tenth of a bulk enqueue's time.
+CREATE FUNCTION wa_outbox.recipient_digits(to_ text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN length(to_) BETWEEN 7 AND 15 AND ltrim(to_, '0123456789') = '' AND left(to_, 1) <> '0' THEN to_
+                ELSE substring(ltrim(translate(to_, E' \t\n\r\f\x0B().-', ''), '+') FROM '^[1-9][0-9]{6,14}$') END
+$$;
+
+CREATE FUNCTION wa_outbox.recipient_problem(to_ jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(to_) IS DISTINCT FROM 'string' THEN '`to` must be a string such as ''+5511987654321'''
+        WHEN wa_outbox.recipient_digits(to_ #>> '{}') IS NULL
+            THEN 'invalid recipient ' || to_::text || ': expected an E.164 phone number such as +5511987654321'
+    END
+$$;
+
+-- An idempotency key or correlation id: absent (NULL or JSON null), or a string of 1 to 255 characters.
+CREATE FUNCTION wa_outbox.key_problem(name text, value jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(value) NOT IN ('string', 'null') OR length(value #>> '{}') NOT BETWEEN 1 AND 255
+                THEN '`' || name || '` must be a string of 1 to 255 characters' END
+$$;
+
+-- The type the rules read: `type`, else the one message object the body carries (a reply with only `interactive`),
+-- else text, as the Cloud API reads it.
+CREATE FUNCTION wa_outbox.message_type(message jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(message->>'type', CASE
+        WHEN (message ? 'text')::int + (message ? 'template')::int + (message ? 'image')::int
+             + (message ? 'audio')::int + (message ? 'video')::int + (message ? 'document')::int
+             + (message ? 'sticker')::int + (message ? 'location')::int + (message ? 'contacts')::int
+             + (message ? 'interactive')::int + (message ? 'reaction')::int = 1
+        THEN CASE WHEN message ? 'text' THEN 'text' WHEN message ? 'template' THEN 'template'
+                  WHEN message ? 'image' THEN 'image' WHEN message ? 'audio' THEN 'audio'
+                  WHEN message ? 'video' THEN 'video' WHEN message ? 'document' THEN 'document'
+                  WHEN message ? 'sticker' THEN 'sticker' WHEN message ? 'location' THEN 'location'
+                  WHEN message ? 'contacts' THEN 'contacts' WHEN message ? 'interactive' THEN 'interactive'
+                  ELSE 'reaction' END
+        ELSE 'text' END)
+$$;
+
+-- Every rule but the two that walk the message, checked in order (each rule a WHEN). `biz_opaque_callback_data` is
+-- the caller's own tracker: it is sent as "<outbox id>:<tracker>", and Meta allows 512 characters (an id of up to
+-- 19 digits and ':' go first).
+CREATE FUNCTION wa_outbox.message_form_problem(message jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(message) IS DISTINCT FROM 'object'
+            THEN '`message` must be a JSON object (a Cloud API message body)'
+        WHEN message ?| '{status,message_id}'
+            THEN 'read receipts and typing indicators (status/message_id) are not outbound messages: '
+                 'send them directly, they need no outbox'
+        WHEN jsonb_typeof(message->'type') NOT IN ('string', 'null')
+                OR wa_outbox.message_type(message) NOT IN ('text', 'template', 'image', 'audio', 'video', 'document',
+                                                           'sticker', 'location', 'contacts', 'interactive',
+                                                           'reaction')
+            THEN 'unknown message type ' || (message->'type')::text || ': expected one of text, template, image, '
+                 'audio, video, document, sticker, location, contacts, interactive, reaction'
+        WHEN jsonb_typeof(message->wa_outbox.message_type(message)) IS DISTINCT FROM 'object'
+                AND NOT (wa_outbox.message_type(message) = 'contacts' AND jsonb_typeof(message->'contacts') = 'array')
+            THEN 'message of type ' || quote_literal(wa_outbox.message_type(message)) || ' needs a '
+                 || quote_literal(wa_outbox.message_type(message)) || ' object'
+        WHEN wa_outbox.message_type(message) = 'text'
+                AND jsonb_typeof(message->'text'->'body') IS DISTINCT FROM 'string'
+            THEN 'a text message needs text.body (a string of at most 4096 characters)'
+        WHEN wa_outbox.message_type(message) = 'text' AND length(message->'text'->>'body') > 4096
+            THEN 'text.body is ' || length(message->'text'->>'body')::text
+                 || ' characters; the Cloud API allows 4096'
+        WHEN jsonb_typeof(message->'biz_opaque_callback_data') NOT IN ('string', 'null')
+            THEN '`biz_opaque_callback_data` must be a string'
+        WHEN length(message->>'biz_opaque_callback_data') > 492
+            THEN 'biz_opaque_callback_data is ' || length(message->>'biz_opaque_callback_data')::text
+                 || ' characters: at most 492 fit, as Meta allows 512 and "<outbox id>:" goes first'
+        WHEN octet_length(message::text) > 65536
+            THEN 'message is larger than 65536 bytes'
+    END
+$$;
+
+-- What JSON parsers downstream (the worker's, Meta's) cannot read back exactly.
+CREATE FUNCTION wa_outbox.message_json_problem(message jsonb) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN jsonb_path_exists(message, 'strict $.**{65}')
+            THEN 'message is nested deeper than 64 levels'
+        WHEN jsonb_path_exists(message, 'strict $.** ? (@.type() == "number" && '
+                                        '(@ > 9007199254740991 || @ < -9007199254740991))')
+            THEN 'message has a number beyond 9007199254740991 (2^53 - 1) in magnitude, the range JSON parsers '
+                 'read exactly'
+    END
+$$;
+
+-- Whether any item of a batch (a JSON array of {"message": …, …}) could break message_json_problem()'s rules:
+-- a value 67 levels below the array is 65 below an item's message, and a number out of range is one anywhere.
+-- One walk over the batch instead of two per item. False: no item needs message_json_problem().
+CREATE FUNCTION wa_outbox.batch_json_suspect(items jsonb) RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT jsonb_path_exists(items, 'strict $.**{67}')
+        OR jsonb_path_exists(items, 'strict $.** ? (@.type() == "number" && '
+                                    '(@ > 9007199254740991 || @ < -9007199254740991))')
+$$;
+
+-- Why `message` cannot be queued, or NULL.
+CREATE FUNCTION wa_outbox.message_problem(message jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(wa_outbox.message_form_problem(message), wa_outbox.message_json_problem(message))
+$$;
+
+
+-- == Enqueue ========================================================================================================
+
+-- enqueue(): the outbox insert for apps in any language, inside the caller's transaction. Returns the id; for a
+-- known idempotency key, the existing id (and an error if the key was used for a different message). `ordered`
+-- (default true): wait for earlier messages to the same recipient. Every parameter after `message` has a default,
+-- so every call (positional or named) keeps working as parameters are added.
+CREATE FUNCTION wa_outbox.enqueue(
+    to_ text,
+    message jsonb,
+    idempotency_key text DEFAULT NULL,
+    correlation_id text DEFAULT NULL,
+    phone_number_id text DEFAULT NULL,
+    ordered boolean DEFAULT true
+) RETURNS bigint LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_problem text := coalesce(wa_outbox.recipient_problem(to_jsonb(to_)), wa_outbox.message_problem(message),
+                               wa_outbox.key_problem('idempotency_key', to_jsonb(idempotency_key)),
+                               wa_outbox.key_problem('correlation_id', to_jsonb(correlation_id)));
+    v_recipient text := wa_outbox.recipient_digits(to_);
+    v_sender text := coalesce(enqueue.phone_number_id,
+                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_body jsonb;  -- the message minus the fields wa-outbox sets itself
+    v_hash text;
+    v_id bigint;
+    v_existing_hash text;
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.phone_number_id !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_body := message - '{to,messaging_product,recipient_type}'::text[];
+    -- The request digest only matters for an idempotency key (refused reuse with another message).
+    v_hash := CASE WHEN idempotency_key IS NULL THEN '' ELSE md5(v_sender || '|' || v_recipient || '|' || v_body::text) END;
+
+    INSERT INTO wa_outbox.notifications AS n
+        (phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id, ordered)
+    VALUES (v_sender, v_recipient, v_body, enqueue.idempotency_key, v_hash, enqueue.correlation_id,
+            coalesce(enqueue.ordered, true))
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING n.id INTO v_id;
+
+    IF v_id IS NULL THEN  -- a known idempotency key
+        SELECT n.id, n.request_hash INTO v_id, v_existing_hash
+        FROM wa_outbox.notifications n WHERE n.idempotency_key = enqueue.idempotency_key;
+        IF v_existing_hash <> v_hash THEN
+            RAISE EXCEPTION 'idempotency key % was already used for a different message (id %)',
+                enqueue.idempotency_key, v_id USING ERRCODE = 'unique_violation';
+        END IF;
+        RETURN v_id;
+    END IF;
+
+    INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+    VALUES (v_id, 'queued', 0, enqueue.correlation_id);
+    PERFORM pg_notify('wa_outbox_notifications', '');  -- delivered at commit; wakes an idle worker at once
+    RETURN v_id;
+END $$;
+
+-- An invalid item of a bulk enqueue refuses the whole call, naming the item (1-based) and the reason.
+CREATE FUNCTION wa_outbox.refuse_item(ord bigint, problem text) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'item % : %', ord, problem USING ERRCODE = 'invalid_parameter_value';
+END $$;
+
+-- enqueue_many(): many messages in one call, set-based (campaigns, imports). `items` is a JSON array of
+-- {"to", "message", "idempotency_key"?, "correlation_id"?, "phone_number_id"?}; returns the ids in input order
+-- (the existing id for a known idempotency key). All or nothing: the first invalid item (in input order) aborts the
+-- statement before either insert writes a row. Items with an idempotency key go in through INSERT ... ON CONFLICT,
+-- the others through a plain INSERT: ON CONFLICT inserts every row speculatively (a lock taken and released, one
+-- more WAL record, per row). work_mem: a chunk of 5,000 template messages outgrows the default 4 MB, and its sort
+-- went to disk.
+CREATE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
+    SET work_mem = '64MB' AS $$
+DECLARE
+    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    -- Looked up once, not per item (a catalog look-up per row was a fifth of the statement's time).
+    v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    -- The default sender's verdict, once per batch: a regular expression per item was 7 % of the statement.
+    v_default_ok boolean := v_default ~ '^[0-9]{1,32}$';
+    v_json_suspect boolean;
+    v_new bigint[];
+    v_keys text[];
+    v_hashes text[];
+    v_keyed boolean;
+    v_ids bigint[];
+    v_conflict boolean;
+BEGIN
+    IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_json_suspect := wa_outbox.batch_json_suspect(items);
+    -- One pass: each item is validated as it is read, and an invalid one aborts the statement (refuse_item).
+    -- Ids are drawn first, so each item knows its id whether or not its row goes in (a known key does not).
+    WITH input AS MATERIALIZED (  -- materialized: each field is taken out of its item once, not once per rule
+        SELECT i.ord, jsonb_typeof(i.item) AS item_type, i.item->'message' AS message, i.item->'to' AS to_,
+               i.item->'idempotency_key' AS key_json, i.item->'correlation_id' AS correlation_json,
+               i.item->'phone_number_id' AS sender_json
+        FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), checked AS (
+        SELECT ord, recipient, sender,
+               CASE WHEN message ?| '{to,messaging_product,recipient_type}'
+                    THEN message - '{to,messaging_product,recipient_type}'::text[]
+                    ELSE message END AS body,  -- copy the jsonb only when there is something to strip
+               key_json #>> '{}' AS key, correlation_json #>> '{}' AS correlation_id,
+               nextval(v_sequence) AS new_id,
+               CASE
+                   WHEN item_type <> 'object' THEN 'must be an object'
+                   WHEN recipient IS NULL THEN wa_outbox.recipient_problem(to_)
+                   ELSE coalesce(
+                       wa_outbox.message_form_problem(message),
+                       CASE WHEN v_json_suspect THEN wa_outbox.message_json_problem(message) END,
+                       wa_outbox.key_problem('idempotency_key', key_json),
+                       wa_outbox.key_problem('correlation_id', correlation_json),
+                       CASE WHEN jsonb_typeof(sender_json) NOT IN ('string', 'null')
+                                 OR sender_json #>> '{}' !~ '^[0-9]{1,32}$'
+                                THEN '`phone_number_id` must be the numeric id of a business phone number'
+                            -- An item's own sender passed the rule above; the default's verdict is known already.
+                            WHEN sender IS NULL OR (sender_json #>> '{}' IS NULL AND NOT v_default_ok)
+                                THEN 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+                       END)
+               END AS problem
+        FROM (SELECT *, CASE WHEN jsonb_typeof(to_) = 'string' THEN wa_outbox.recipient_digits(to_ #>> '{}') END
+                            AS recipient,
+                     coalesce(sender_json #>> '{}', v_default) AS sender
+              FROM input) input
+    ), hashed AS (
+        -- The request digest only matters for an idempotency key (409 on reuse with another message).
+        SELECT *, CASE WHEN key IS NULL THEN '' ELSE md5(sender || '|' || recipient || '|' || body::text) END
+                  AS request_hash
+        FROM checked
+    ), refused AS MATERIALIZED (
+        -- The first invalid item raises here (materialized: its row is computed whatever reads it). Both inserts
+        -- read this step first, so nothing is written before it.
+        SELECT wa_outbox.refuse_item(ord, problem) AS refusal
+        FROM (SELECT ord, problem FROM hashed WHERE problem IS NOT NULL ORDER BY ord LIMIT 1) first_invalid
+    ), keyed AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT new_id, sender, recipient, body, key, request_hash, correlation_id
+        FROM hashed WHERE key IS NOT NULL AND NOT EXISTS (SELECT FROM refused WHERE refusal IS NOT NULL)
+        ORDER BY ord  -- of two items with one key, the first goes in
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, correlation_id
+    ), unkeyed AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT new_id, sender, recipient, body, NULL, request_hash, correlation_id
+        FROM hashed WHERE key IS NULL AND NOT EXISTS (SELECT FROM refused WHERE refusal IS NOT NULL)
+        RETURNING id, correlation_id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+        SELECT id, 'queued', 0, correlation_id FROM keyed
+        UNION ALL
+        SELECT id, 'queued', 0, correlation_id FROM unkeyed
+    )
+    SELECT array_agg(new_id ORDER BY ord), array_agg(key ORDER BY ord), array_agg(request_hash ORDER BY ord),
+           bool_or(key IS NOT NULL)
+    INTO v_new, v_keys, v_hashes, v_keyed
+    FROM hashed;
+
+    IF v_keyed THEN
+        -- A new statement, a new snapshot: rows just inserted are visible, so keyed items resolve to the stored id.
+        SELECT array_agg(coalesce(n.id, t.new_id) ORDER BY t.ord),
+               bool_or(n.request_hash IS DISTINCT FROM t.request_hash AND n.id IS NOT NULL)
+        INTO v_ids, v_conflict
+        FROM unnest(v_new, v_keys, v_hashes) WITH ORDINALITY AS t(new_id, key, request_hash, ord)
+        LEFT JOIN wa_outbox.notifications n ON t.key IS NOT NULL AND n.idempotency_key = t.key;
+        IF v_conflict THEN
+            RAISE EXCEPTION 'an idempotency key was already used for a different message'
+                USING ERRCODE = 'unique_violation';
+        END IF;
+    ELSE
+        v_ids := v_new;
+    END IF;
+    PERFORM pg_notify('wa_outbox_notifications', '');
+    RETURN coalesce(v_ids, '{}');
+END $$;
+
+-- enqueue_checked(): enqueue_many()'s writes alone, for items the Python package has checked already (wa_outbox/
+-- enqueue.py's enqueue_many(): every rule of wa_outbox.messages, which gives the verdicts the SQL rules give, case for
+-- case: tests/test_validation.py). Checking them again in SQL was a third of Postgres's CPU per message (each rule
+-- per item, the walks over the batch, taking each field out of its item); here jsonb_to_recordset() reads every
+-- item's fields in one step. Each item: {"to": <digits>, "message": <object>, "idempotency_key"?, "correlation_id"?,
+-- "phone_number_id"?}. The one rule Python cannot know, the default sender (from settings), is checked here; the
+-- table's own checks still hold. SQL callers use enqueue_many(), which checks everything.
+CREATE FUNCTION wa_outbox.enqueue_checked(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
+    SET work_mem = '64MB' AS $$
+DECLARE
+    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    v_missing bigint;
+    v_new bigint[];
+    v_keys text[];
+    v_hashes text[];
+    v_keyed boolean;
+    v_ids bigint[];
+    v_conflict boolean;
+BEGIN
+    IF v_default IS NULL OR v_default !~ '^[0-9]{1,32}$' THEN
+        -- No usable default: the first item without its own sender refuses the batch (enqueue_many()'s last rule).
+        SELECT i.ord INTO v_missing FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+        WHERE i.item->>'phone_number_id' IS NULL ORDER BY i.ord LIMIT 1;
+        IF v_missing IS NOT NULL THEN
+            PERFORM wa_outbox.refuse_item(v_missing,
+                'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox');
+        END IF;
+    END IF;
+    WITH input AS (
+        SELECT i.ord, i."to" AS recipient, coalesce(i.phone_number_id, v_default) AS sender,
+               CASE WHEN i.message ?| '{to,messaging_product,recipient_type}'
+                    THEN i.message - '{to,messaging_product,recipient_type}'::text[]
+                    ELSE i.message END AS body,  -- copy the jsonb only when there is something to strip
+               i.idempotency_key AS key, i.correlation_id, nextval(v_sequence) AS new_id
+        FROM ROWS FROM (jsonb_to_recordset(items) AS ("to" text, message jsonb, idempotency_key text,
+                                                      correlation_id text, phone_number_id text))
+             WITH ORDINALITY AS i("to", message, idempotency_key, correlation_id, phone_number_id, ord)
+    ), hashed AS (
+        -- The request digest only matters for an idempotency key (409 on reuse with another message).
+        SELECT *, CASE WHEN key IS NULL THEN '' ELSE md5(sender || '|' || recipient || '|' || body::text) END
+                  AS request_hash
+        FROM input
+    ), keyed AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT new_id, sender, recipient, body, key, request_hash, correlation_id
+        FROM hashed WHERE key IS NOT NULL
+        ORDER BY ord  -- of two items with one key, the first goes in
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, correlation_id
+    ), unkeyed AS (  -- no key, nothing to conflict on: a plain insert (see enqueue_many())
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, request_hash, correlation_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT new_id, sender, recipient, body, request_hash, correlation_id
+        FROM hashed WHERE key IS NULL
+        RETURNING id, correlation_id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, correlation_id)
+        SELECT id, 'queued', 0, correlation_id FROM keyed
+        UNION ALL
+        SELECT id, 'queued', 0, correlation_id FROM unkeyed
+    )
+    SELECT array_agg(new_id ORDER BY ord), array_agg(key ORDER BY ord), array_agg(request_hash ORDER BY ord),
+           bool_or(key IS NOT NULL)
+    INTO v_new, v_keys, v_hashes, v_keyed
+    FROM hashed;
+
+    IF v_keyed THEN
+        -- As in enqueue_many(): a new snapshot sees the rows just inserted; a known key gives its stored id.
+        SELECT array_agg(coalesce(n.id, t.new_id) ORDER BY t.ord),
+               bool_or(n.request_hash IS DISTINCT FROM t.request_hash AND n.id IS NOT NULL)
+        INTO v_ids, v_conflict
+        FROM unnest(v_new, v_keys, v_hashes) WITH ORDINALITY AS t(new_id, key, request_hash, ord)
+        LEFT JOIN wa_outbox.notifications n ON t.key IS NOT NULL AND n.idempotency_key = t.key;
+        IF v_conflict THEN
+            RAISE EXCEPTION 'an idempotency key was already used for a different message'
+                USING ERRCODE = 'unique_violation';
+        END IF;
+    ELSE
+        v_ids := v_new;
+    END IF;
+    PERFORM pg_notify('wa_outbox_notifications', '');
+    RETURN coalesce(v_ids, '{}');
+END $$;
+
+
+-- == Webhooks: inbound events =======================================================================================
+
+-- Inbound webhook changes: deduplicated by a stable key, and a queue the workers drain.
+CREATE TABLE wa_outbox.webhook_events (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- m:<wamid> | s:<wamid>:<status>[:<participant>] | d:<sha256 of the change>. Compared byte by byte (COLLATE
+    -- "C"): every stored update probes and enters the unique index on it, and under the database's collation each
+    -- comparison was a strcoll() (slow under the usual en_US.UTF-8). A key is only matched for equality (and sorted
+    -- for lock order), and equality is the same under every deterministic collation.
+    dedup_key        text COLLATE "C" NOT NULL,
+    field            text NOT NULL,   -- Meta's change field: messages, calls, account_update, ...
+    kind             text NOT NULL CHECK (kind IN ('message', 'status', 'change')),
+    account_id       text,            -- entry[].id, the WhatsApp Business Account
+    phone_number_id  text,            -- value.metadata.phone_number_id, when the change has one
+    wamid            text,            -- messages and statuses
+    update_status    text,            -- statuses: sent, delivered, read, failed, played
+    payload          jsonb NOT NULL,  -- {"field", "value"} narrowed to this one message or status
+    correlation_id   text,
+    status           text NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'processing', 'done', 'dead')),
+    attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts     integer CHECK (max_attempts > 0),  -- NULL: the workers' WA_OUTBOX_MAX_ATTEMPTS
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    locked_by        text,
+    locked_until     timestamptz,
+    last_error       text,
+    received_at      timestamptz NOT NULL DEFAULT now(),
+    processed_at     timestamptz,
+    raw_body_sha256  bytea,           -- webhook_bodies: the exact bytes, when they had to be sanitized; else NULL
+    CONSTRAINT webhook_events_dedup_key UNIQUE (dedup_key)
+)
+WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);  -- a queue: see notifications
+CREATE INDEX webhook_events_due ON wa_outbox.webhook_events (next_attempt_at) WHERE status = 'queued';
+CREATE INDEX webhook_events_leased ON wa_outbox.webhook_events (locked_until) WHERE status = 'processing';
+CREATE INDEX webhook_events_dead ON wa_outbox.webhook_events (received_at) WHERE status = 'dead';
+CREATE INDEX webhook_events_received_at ON wa_outbox.webhook_events (received_at);
+CREATE INDEX webhook_events_raw_body ON wa_outbox.webhook_events (raw_body_sha256) WHERE raw_body_sha256 IS NOT NULL;
+-- Status events not yet done, by wamid: what settle_unknown.sql looks up. An inbound message never enters it, nor
+-- does a processed status's new row version, so the hot INSERT writes one index entry fewer per message.
+CREATE INDEX webhook_events_wamid ON wa_outbox.webhook_events (wamid) WHERE kind = 'status' AND status <> 'done';
+
+-- A status webhook finds its message by wamid or by the outbox id echoed in biz_opaque_callback_data, written as
+-- "<outbox id>" or "<outbox id>:<the app's own value>": the leading digits before an optional ':' (the same rule as
+-- outbox_id_from_callback in wa_outbox/worker/_inbound.py; at most 18 digits, so it always fits a bigint).
+CREATE FUNCTION wa_outbox.callback_outbox_id(callback text) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(callback FROM '^([0-9]{1,18})(?::|$)')::bigint
+$$;
+-- settle_unknown.sql must not resend an `unknown` message while a stored status event for it is still to be
+-- processed (it will settle it), and must not blindly resend one whose status event went dead. Such a message
+-- usually has no wamid (its send answer was lost), so its status events are found by the echoed outbox id. Partial:
+-- only status events not yet done, a handful at any time.
+CREATE INDEX webhook_events_status_outbox_id ON wa_outbox.webhook_events
+    (wa_outbox.callback_outbox_id(payload #>> '{value,statuses,0,biz_opaque_callback_data}'))
+    WHERE kind = 'status' AND status <> 'done';
+
+-- The exact bytes of webhook POSTs whose JSON had to be sanitized to fit jsonb (NUL, lone surrogates, numbers beyond
+-- range) or could not be split into events at all: once per body, however many of its events refer to it. Clean
+-- POSTs store none. Written in the same statement as the events that refer to them (no foreign key: its check would
+-- run for every row of the hot INSERT).
+CREATE TABLE wa_outbox.webhook_bodies (
+    sha256       bytea PRIMARY KEY,
+    body         bytea NOT NULL,
+    received_at  timestamptz NOT NULL DEFAULT now()
+);
+-- A body goes with the last event that refers to it (prune, or an operator deleting dead events). Bodies are rare
+-- (poison only), so one anti-join per DELETE statement is cheap; inserts and updates never fire it.
+CREATE FUNCTION wa_outbox.drop_unreferenced_webhook_bodies() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM wa_outbox.webhook_bodies b
+    WHERE NOT EXISTS (SELECT 1 FROM wa_outbox.webhook_events e WHERE e.raw_body_sha256 = b.sha256);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_events_drop_unreferenced_bodies AFTER DELETE ON wa_outbox.webhook_events
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.drop_unreferenced_webhook_bodies();
+
+
+-- == Contacts: per (sender, customer) ===============================================================================
+
+-- The 24-hour customer-service window and per-recipient pacing (the pair rate limit).
+CREATE TABLE wa_outbox.contacts (
+    phone_number_id    text NOT NULL,
+    wa_id              text NOT NULL,
+    profile_name       text,
+    last_inbound_at    timestamptz,          -- opens the 24-hour window
+    pair_paused_until  timestamptz,          -- 131056 back-off: 4^n seconds
+    pair_strikes       integer NOT NULL DEFAULT 0,
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    -- Pair pacing: a generic cell rate algorithm per (sender, recipient). The time the pair's budget is spent up
+    -- to; a send is allowed while it is at most (burst - 1) intervals ahead of now, and pushes it one interval
+    -- further (WA_OUTBOX_PAIR_RATE_SECONDS, WA_OUTBOX_PAIR_BURST).
+    pair_paced_until   timestamptz,
+    PRIMARY KEY (phone_number_id, wa_id)
+)
+-- Each claim moves its recipients' pair_paced_until. With room on the row's page that update is HOT: no new
+-- contacts_pkey entry (a cold index leaf dirtied, and split, per message) and no second heap page.
+WITH (fillfactor = 80);
+
+-- Give back the pair-pacing reservations (contacts.pair_paced_until: each claim moves it one interval per message)
+-- of claimed rows that go back unsent (given back before their send slot): the recipient is then not held back by a
+-- send that never happened. Called by the worker before it records the rows as released, while they are still
+-- `sending` under its lease (so none can be claimed again meanwhile); rows that are not are skipped. Returns how
+-- many reservations were given back.
+--
+-- Safe only while no other claim for that recipient came after: each claim sets the time to
+-- greatest(time, its now()) + k intervals, so taking back k intervals restores what the time would have been
+-- without this claim (or later: never earlier) as long as the claims since were this one's statement (same now(),
+-- same updated_at on its rows) or given back too. A message to the recipient updated after the claim (claimed later,
+-- or anything else: it then keeps its reservation, the safe side) means no give-back. The recipients' rows are
+-- locked first, in key order as the claim locks them, and checked in a second statement: its snapshot sees every
+-- claim that moved the time before the lock was taken.
+CREATE FUNCTION wa_outbox.return_pair_reservations(p_ids bigint[], p_worker text, p_interval double precision)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    returned integer;
+BEGIN
+    IF p_interval <= 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM wa_outbox.contacts c
+    WHERE (c.phone_number_id, c.wa_id) IN (SELECT n.phone_number_id, n.recipient FROM wa_outbox.notifications n
+                                           WHERE n.id = ANY (p_ids) AND n.status = 'sending'
+                                             AND n.locked_by = p_worker)
+    ORDER BY c.phone_number_id, c.wa_id
+    FOR UPDATE OF c;
+    WITH given AS (
+        SELECT n.phone_number_id, n.recipient, count(*) AS k, min(n.updated_at) AS claimed_at
+        FROM wa_outbox.notifications n
+        WHERE n.id = ANY (p_ids) AND n.status = 'sending' AND n.locked_by = p_worker
+        GROUP BY n.phone_number_id, n.recipient
+    ), back AS (
+        UPDATE wa_outbox.contacts c
+        SET pair_paced_until = c.pair_paced_until - make_interval(secs => g.k * p_interval)
+        FROM given g
+        WHERE c.phone_number_id = g.phone_number_id AND c.wa_id = g.recipient AND c.pair_paced_until IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM wa_outbox.notifications m
+                          WHERE m.recipient = g.recipient AND m.phone_number_id = g.phone_number_id
+                            AND m.updated_at > g.claimed_at AND NOT (m.id = ANY (p_ids)))
+        RETURNING g.k
+    )
+    SELECT coalesce(sum(k), 0) INTO returned FROM back;
+    RETURN returned;
+END
+$$;
+
+
+-- == Rate limits: send slots per sender =============================================================================
+
+-- One schedule per sender, shared by every worker; paused_until for throttling answers (130429, 80007, 4) and for
+-- senders that cannot work until a human acts (auth, blocked).
+CREATE TABLE wa_outbox.rate_limits (
+    phone_number_id  text PRIMARY KEY,
+    mps              double precision NOT NULL CHECK (mps > 0),  -- the most sends in any one-second window
+    burst            double precision CHECK (burst >= 1),
+    tokens           double precision NOT NULL,    -- the bucket's level at refilled_at (negative: slots reserved)
+    refilled_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    paused_until     timestamptz,
+    pause_reason     text,
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON COLUMN wa_outbox.rate_limits.burst IS
+    'NULL: the default pacing (never more than mps in any one-second window); a number: a classic bucket of that size';
+
+-- Reserved send slots: a generic cell rate algorithm per sender. A claim reserves each row's send time (its slot)
+-- up to a short horizon ahead, slots spaced 1/R, and the worker sends each row at its slot: the spacing at Meta's
+-- end is the slot spacing plus a small, nearly constant delay, and the rate does not depend on how fast workers come
+-- back to claim (a bucket granting tokens "now" let sends granted 1/R apart arrive closer, as the delay from grant
+-- to send varied by tens of ms).
+-- The state is in rate_limits (tokens, refilled_at): the bucket level at time t is
+--     tokens + (t - refilled_at) * refill, at most the capacity,
+-- and the k-th slot a claim takes is when that level reaches k: t + greatest(0, k - level) / refill. Reserving k
+-- slots takes k tokens at once, so `tokens` goes negative while slots are reserved ahead (at most horizon * refill).
+-- That is exactly a GCRA with tolerance (capacity - 1) / refill; the theoretical time of the next slot is
+-- refilled_at + (capacity - tokens) / refill.
+-- The shape: by default (burst NULL) the refill is 98.5 % of `mps` and the capacity exactly one slot, so consecutive
+-- sends are 1/(0.985 mps) apart and any mps + 1 of them span 1.015 s: a send may arrive up to 15 ms later than its
+-- slot relative to the others (grant-to-arrival jitter; bench/pacing.py measures it) and still no one-second window
+-- at Meta's end holds more than mps. An explicit burst (`ratelimit set --burst B`) is the classic bucket: refill at
+-- mps, capacity B, so a one-second window may hold up to B + mps sends.
+CREATE FUNCTION wa_outbox.bucket_shape(mps double precision, burst double precision,
+                                       OUT refill double precision, OUT capacity double precision)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN burst IS NULL THEN mps * (1 - 0.015) ELSE mps END,
+           CASE WHEN burst IS NULL THEN 1 ELSE burst END
+$$;
+
+-- reserve_slots(): up to `wanted` send slots for a sender, none earlier than `lead` seconds from now (the claim's
+-- own latency: its rows reach the worker before their slot, so an idle sender's first send is not late on its slot
+-- and squeezed against the next ones; at most one slot interval, so at rates the workers cannot reach, where the
+-- schedule never fills, a claim's rows still go at once) and none later than `horizon` seconds after that; none
+-- while it is paused.
+-- Slot k (1-based) is at slots_from + greatest(0, k - level) / refill; the caller puts a row that got no slot back
+-- until its slot would come within the horizon (the same formula). Paused: slots_from is the pause's end and
+-- nothing is granted. Creates the bucket at the default rate on first use. The row lock makes concurrent workers on
+-- any number of machines share one schedule; the time is read after it is taken, so a claim that waited for the
+-- lock still reserves from the schedule as the previous holder left it. A reservation granting nothing writes
+-- nothing: refilled_at identifies the last reservation for reserve_slots_ahead's refund, and an empty grant must not
+-- spoil the refund of one that got slots.
+CREATE FUNCTION wa_outbox.reserve_slots(sender text, wanted integer, default_mps double precision,
+                                        lead double precision, horizon double precision,
+                                        OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
+                                        OUT refill double precision, OUT paused boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    b wa_outbox.rate_limits;
+    shape record;
+    t timestamptz;
+BEGIN
+    INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
+    VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp())
+    ON CONFLICT (phone_number_id) DO NOTHING;
+    SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
+    shape := wa_outbox.bucket_shape(b.mps, b.burst);
+    t := clock_timestamp() + make_interval(secs => least(lead, 1 / shape.refill));  -- the earliest slot
+    refill := shape.refill;
+    IF b.paused_until > t THEN
+        granted := 0;
+        slots_from := b.paused_until;
+        level := shape.capacity;  -- the bucket refills during the pause
+        paused := true;
+        RETURN;
+    END IF;
+    paused := false;
+    slots_from := t;
+    level := least(shape.capacity, b.tokens + extract(epoch FROM t - b.refilled_at) * shape.refill);
+    -- slot k is within the horizon while (k - level) / refill <= horizon (+ 1e-9: float rounding)
+    granted := greatest(0, least(wanted, floor(level + horizon * shape.refill + 1e-9)::integer));
+    IF granted > 0 THEN  -- an empty grant leaves the schedule as it was (see reserve_slots_ahead)
+        UPDATE wa_outbox.rate_limits r SET tokens = level - granted, refilled_at = t WHERE r.phone_number_id = sender;
+    END IF;
+END $$;
+
+-- Slots reserved ahead, in a transaction of their own (reserve_slots_ahead.sql, a short statement committed at once):
+-- reserving inside the claim held the sender's rate_limits row lock through the rest of the claim and its commit's
+-- WAL flush, so the claims of every worker for one sender ran one at a time (docs/drain-profile.md). A worker
+-- reserves the slots of the senders it claimed for last time just before its claim and hands the grant to the claim,
+-- which then takes no lock on rate_limits for them. Slots reserved but not used (the claim found fewer rows) are lost
+-- capacity, never a rate violation; they come back (`unused`) only while they are still the end of the sender's
+-- schedule, i.e. no one reserved a slot since (`reserved_at`, the refilled_at this worker's reservation left): then the
+-- schedule is exactly as if they had never been reserved.
+CREATE FUNCTION wa_outbox.reserve_slots_ahead(sender text, wanted integer, default_mps double precision,
+                                              lead double precision, horizon double precision,
+                                              unused integer, reserved_at timestamptz,
+                                              OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
+                                              OUT refill double precision, OUT paused boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF unused > 0 THEN
+        UPDATE wa_outbox.rate_limits r SET tokens = r.tokens + unused
+        WHERE r.phone_number_id = sender AND r.refilled_at = reserved_at
+          AND (r.paused_until IS NULL OR r.paused_until <= now());
+    END IF;
+    SELECT g.granted, g.slots_from, g.level, g.refill, g.paused INTO granted, slots_from, level, refill, paused
+    FROM wa_outbox.reserve_slots(sender, wanted, default_mps, lead, horizon) g;
+END $$;
+
+
+-- == Campaigns ======================================================================================================
+
+-- A campaign is a named set of messages an operator imports and steers as one (wa-outbox campaign …). Its messages
+-- are notifications rows with its campaign_id.
+CREATE TABLE wa_outbox.campaigns (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name             text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    phone_number_id  text NOT NULL,
+    status           text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'cancelled')),
+    pause_reason     text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT campaigns_name UNIQUE (name)
+);
+
+-- Bulk import of one campaign's chunk (wa-outbox campaign import): in one statement, find or create the campaign by
+-- name, refuse a cancelled one, and insert the chunk's messages with the campaign's id, priority 1 and the
+-- campaign's sender. Each item is {"to", "message", "idempotency_key"} (the key derived from the campaign name and
+-- the row), validated by the same functions as enqueue_many; a known key inserts nothing (a re-import). Messages of
+-- a paused campaign are parked (next_attempt_at = 'infinity') until `campaign resume`.
+-- A new campaign's sender: phone_number_id, else default_sender (the caller's WHATSAPP_PHONE_NUMBER_ID), else the
+-- one `db upgrade` recorded; an existing campaign keeps its own, and naming another is refused.
+CREATE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb,
+                                           default_sender text DEFAULT NULL)
+    RETURNS TABLE (campaign_id bigint, campaign_status text, inserted integer, present integer)
+    LANGUAGE plpgsql SET work_mem = '64MB' AS $$
+#variable_conflict use_column
+DECLARE
+    v_sender text := coalesce(enqueue_campaign.phone_number_id, default_sender,
+                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
+    v_campaign wa_outbox.campaigns%ROWTYPE;
+    v_json_suspect boolean;
+    v_inserted integer;
+BEGIN
+    IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue_campaign.phone_number_id !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
+        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wa_outbox.campaigns AS c (name, phone_number_id) VALUES (campaign_name, v_sender)
+    ON CONFLICT (name) DO NOTHING;
+    -- FOR SHARE: a pause, resume or cancel waits for this chunk to commit, so it also moves the rows it adds.
+    SELECT * INTO v_campaign FROM wa_outbox.campaigns c WHERE c.name = campaign_name FOR SHARE;
+    IF v_campaign.status = 'cancelled' THEN
+        RAISE EXCEPTION 'campaign % is cancelled: nothing more can be imported into it', campaign_name
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF enqueue_campaign.phone_number_id IS NOT NULL AND v_campaign.phone_number_id <> enqueue_campaign.phone_number_id THEN
+        RAISE EXCEPTION 'campaign % sends from %, not %', campaign_name, v_campaign.phone_number_id,
+            enqueue_campaign.phone_number_id USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_sender := v_campaign.phone_number_id;
+    v_json_suspect := wa_outbox.batch_json_suspect(items);
+
+    WITH input AS MATERIALIZED (  -- materialized: each field is taken out of its item once, not once per rule
+        SELECT i.ord, jsonb_typeof(i.item) AS item_type, i.item->'message' AS message, i.item->'to' AS to_,
+               i.item->'idempotency_key' AS key_json,
+               CASE WHEN jsonb_typeof(i.item->'to') = 'string' THEN wa_outbox.recipient_digits(i.item->>'to') END
+                   AS recipient
+        FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
+    ), checked AS (
+        SELECT ord, recipient,
+               CASE WHEN message ?| '{to,messaging_product,recipient_type}'
+                    THEN message - '{to,messaging_product,recipient_type}'::text[]
+                    ELSE message END AS body,
+               key_json #>> '{}' AS key,
+               CASE
+                   WHEN item_type <> 'object' THEN 'must be an object'
+                   WHEN recipient IS NULL THEN wa_outbox.recipient_problem(to_)
+                   WHEN jsonb_typeof(key_json) IS DISTINCT FROM 'string'
+                       THEN 'a campaign message needs its idempotency_key'
+                   ELSE coalesce(wa_outbox.message_form_problem(message),
+                                 CASE WHEN v_json_suspect THEN wa_outbox.message_json_problem(message) END,
+                                 wa_outbox.key_problem('idempotency_key', key_json))
+               END AS problem
+        FROM input
+    ), new_rows AS (
+        INSERT INTO wa_outbox.notifications
+            (id, phone_number_id, recipient, message, idempotency_key, request_hash, campaign_id, priority,
+             next_attempt_at, ordered)
+        OVERRIDING SYSTEM VALUE
+        -- ordered = false: a campaign message neither waits in its recipient's line nor holds it (a paused campaign
+        -- must never hold back an order confirmation to the same customer); priority already puts it behind.
+        SELECT CASE WHEN problem IS NULL THEN nextval(v_sequence) ELSE wa_outbox.refuse_item(ord, problem) END,
+               v_sender, recipient, body, key, md5(v_sender || '|' || recipient || '|' || body::text), v_campaign.id, 1,
+               CASE WHEN v_campaign.status = 'paused' THEN 'infinity'::timestamptz ELSE now() END, false
+        FROM checked ORDER BY ord
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id
+    ), events AS (
+        INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail)
+        SELECT id, 'queued', 0, jsonb_build_object('campaign', campaign_name) FROM new_rows
+    )
+    SELECT count(*) INTO v_inserted FROM new_rows;
+
+    IF v_inserted > 0 AND v_campaign.status = 'active' THEN
+        PERFORM pg_notify('wa_outbox_notifications', '');
+    END IF;
+    RETURN QUERY SELECT v_campaign.id, v_campaign.status, v_inserted, jsonb_array_length(items) - v_inserted;
+END $$;
+
+-- Steer a campaign: 'pause' parks its queued and in-flight messages (next_attempt_at = 'infinity': out of the due
+-- queue, attempts untouched), 'resume' brings them back (now()), 'cancel' makes every still-queued one `cancelled`
+-- with a timeline event naming who asked. Set-based, one UPDATE per step. The campaign row is updated first (it waits
+-- for an import chunk holding it), and the messages are moved by a later statement, whose snapshot sees that chunk.
+-- Raises no_data_found for an unknown campaign, object_not_in_prerequisite_state for pausing or resuming a cancelled
+-- one. A second run changes nothing more (moved = 0).
+CREATE FUNCTION wa_outbox.steer_campaign(campaign_name text, action text, actor text, reason text DEFAULT NULL)
+    RETURNS TABLE (campaign_id bigint, name text, status text, previous_status text, moved bigint)
+    LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id bigint;
+    v_previous text;
+    v_moved bigint;
+BEGIN
+    SELECT c.id, c.status INTO v_id, v_previous FROM wa_outbox.campaigns c WHERE c.name = campaign_name FOR UPDATE;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION 'no campaign %', campaign_name USING ERRCODE = 'no_data_found';
+    END IF;
+    IF action IN ('pause', 'resume') AND v_previous = 'cancelled' THEN
+        RAISE EXCEPTION 'campaign % is cancelled: it cannot be %', campaign_name,
+            CASE action WHEN 'pause' THEN 'paused' ELSE 'resumed' END USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF action = 'pause' THEN
+        UPDATE wa_outbox.campaigns c
+        SET status = 'paused', pause_reason = CASE WHEN c.status = 'paused' THEN c.pause_reason ELSE reason END,
+            updated_at = now()
+        WHERE c.id = v_id;
+        UPDATE wa_outbox.notifications n SET next_attempt_at = 'infinity', updated_at = now()
+        WHERE n.campaign_id = v_id AND n.status IN ('queued', 'sending') AND n.next_attempt_at <> 'infinity';
+        GET DIAGNOSTICS v_moved = ROW_COUNT;
+    ELSIF action = 'resume' THEN
+        UPDATE wa_outbox.campaigns c SET status = 'active', pause_reason = NULL, updated_at = now() WHERE c.id = v_id;
+        UPDATE wa_outbox.notifications n SET next_attempt_at = now(), updated_at = now()
+        WHERE n.campaign_id = v_id AND n.status IN ('queued', 'sending') AND n.next_attempt_at = 'infinity';
+        GET DIAGNOSTICS v_moved = ROW_COUNT;
+        IF v_moved > 0 THEN
+            PERFORM pg_notify('wa_outbox_notifications', '');
+        END IF;
+    ELSIF action = 'cancel' THEN
+        UPDATE wa_outbox.campaigns c SET status = 'cancelled', pause_reason = NULL, updated_at = now()
+        WHERE c.id = v_id;
+        WITH cancelled AS (
+            UPDATE wa_outbox.notifications n SET status = 'cancelled', updated_at = now()
+            WHERE n.campaign_id = v_id AND n.status = 'queued'
+            RETURNING n.id, n.attempts, n.correlation_id
+        ), events AS (
+            INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
+            SELECT id, 'cancelled', attempts, jsonb_build_object('by', actor, 'campaign', campaign_name),
+                   correlation_id
+            FROM cancelled
+        )
+        SELECT count(*) INTO v_moved FROM cancelled;
+    ELSE
+        RAISE EXCEPTION 'unknown campaign action %', action USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY SELECT c.id, c.name, c.status, v_previous, v_moved FROM wa_outbox.campaigns c WHERE c.id = v_id;
+END $$;
+
+-- A campaign message that goes back to `queued` (a retry, a rescued lease, a resend, a requeue) while its campaign is
+-- paused or cancelled, or that `campaign pause` parked while it was in flight, stays parked: pausing never loses a
+-- message in flight, and none of them slips past the pause. The WHEN clause keeps transactional rows (campaign_id
+-- NULL) and every other transition from calling the function at all.
+CREATE FUNCTION wa_outbox.park_paused_campaign_message() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.next_attempt_at = 'infinity'
+       OR EXISTS (SELECT 1 FROM wa_outbox.campaigns c WHERE c.id = NEW.campaign_id AND c.status <> 'active') THEN
+        NEW.next_attempt_at := 'infinity';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER notifications_park_paused_campaign
+    BEFORE UPDATE OF status ON wa_outbox.notifications
+    FOR EACH ROW WHEN (NEW.campaign_id IS NOT NULL AND NEW.status = 'queued' AND OLD.status <> 'queued')
+    EXECUTE FUNCTION wa_outbox.park_paused_campaign_message();
+
+
+-- == Workers and their metrics ======================================================================================
+
+-- Heartbeats of running workers, for stuck-worker alerts.
+CREATE TABLE wa_outbox.workers (
+    id            text PRIMARY KEY,       -- <hostname>:<pid>:<random>
+    hostname      text NOT NULL,
+    pid           integer NOT NULL,
+    started_at    timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at  timestamptz NOT NULL DEFAULT now(),
+    state         text NOT NULL DEFAULT 'running' CHECK (state IN ('running', 'stopping')),
+    info          jsonb NOT NULL DEFAULT '{}'
+);
+
+-- Each worker's cumulative counters and latency buckets (wa_outbox/metrics.py), written with its heartbeat and summed
+-- over all workers by /metrics: a worker dyno cannot be scraped. A worker's values only grow while it runs; when it
+-- stops cleanly, or after a day without writing (killed), its rows are added into the rows of worker_id 'retired'
+-- and deleted (retire_worker_metrics.sql), so the sums never go backwards across restarts.
+CREATE TABLE wa_outbox.worker_metrics (
+    worker_id   text NOT NULL,
+    metric      text NOT NULL,
+    labels      jsonb NOT NULL DEFAULT '{}',
+    value       double precision NOT NULL CHECK (value >= 0),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (worker_id, metric, labels)
+);
+-- The retirement of rows no worker wrote for a day.
+CREATE INDEX worker_metrics_updated_at ON wa_outbox.worker_metrics (updated_at);
+
+
+-- == Views for operations ===========================================================================================
+
+-- The queues at a glance: one branch per state, each read from that state's partial index (a GROUP BY over
+-- `status IN (...)` scanned the whole table, every finished message, on each /metrics scrape). The queued branch
+-- reads notifications_queued_age alone.
+CREATE VIEW wa_outbox.queue_health AS
+SELECT 'notifications'::text AS queue, 'queued'::text AS status, count(*) AS rows,
+       min(next_attempt_at) AS oldest_due, extract(epoch FROM now() - min(created_at)) AS oldest_age_seconds
+FROM wa_outbox.notifications WHERE status = 'queued' HAVING count(*) > 0
+UNION ALL
+SELECT 'notifications', 'sending', count(*), NULL, extract(epoch FROM now() - min(created_at))
+FROM wa_outbox.notifications WHERE status = 'sending' HAVING count(*) > 0
+UNION ALL
+SELECT 'notifications', 'unknown', count(*), NULL, extract(epoch FROM now() - min(created_at))
+FROM wa_outbox.notifications WHERE status = 'unknown' HAVING count(*) > 0
+UNION ALL
+SELECT 'notifications', 'dead', count(*), NULL, extract(epoch FROM now() - min(created_at))
+FROM wa_outbox.notifications WHERE status = 'dead' HAVING count(*) > 0
+UNION ALL
+SELECT 'webhook_events', 'queued', count(*), min(next_attempt_at), extract(epoch FROM now() - min(received_at))
+FROM wa_outbox.webhook_events WHERE status = 'queued' HAVING count(*) > 0
+UNION ALL
+SELECT 'webhook_events', 'processing', count(*), NULL, extract(epoch FROM now() - min(received_at))
+FROM wa_outbox.webhook_events WHERE status = 'processing' HAVING count(*) > 0
+UNION ALL
+SELECT 'webhook_events', 'dead', count(*), NULL, extract(epoch FROM now() - min(received_at))
+FROM wa_outbox.webhook_events WHERE status = 'dead' HAVING count(*) > 0;
+
+
+-- == Grants =========================================================================================================
+-- None: the migrations grant nothing (the test compares every ACL, so a GRANT in a migration belongs here too).
