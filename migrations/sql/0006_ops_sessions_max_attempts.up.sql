@@ -20,8 +20,8 @@ CREATE INDEX ops_sessions_expires_at ON wa_outbox.ops_sessions (expires_at);
 
 -- == Attempt limits ===================================================================================================
 -- Version 1 gave every row max_attempts = 10 (a NOT NULL column default; nothing could write another value), and
--- version 2 made the column an override where NULL means the workers' WA_OUTBOX_MAX_ATTEMPTS (0002_hardening.up.sql),
--- but left the rows already written at 10. Since version 2 no code writes max_attempts, so a 10 is version 1's
+-- version 2 made the column an override where NULL means the workers' WA_OUTBOX_MAX_ATTEMPTS (schema.sql,
+-- notifications.max_attempts), but left the rows already written at 10. Since version 2 no code writes max_attempts, so a 10 is version 1's
 -- default, not a choice: hand those rows back to the policy. Every status, not only waiting rows: a sent message can
 -- still turn failed (a status webhook) and a dead or failed one be requeued, and then its limit applies again.
 -- Rows with any other value were set by hand and keep it.

@@ -1,4 +1,4 @@
-"""/ops sessions, kept in Postgres (wa_outbox.ops_sessions, migration 0006): login opens one, logout deletes it, and
+"""/ops sessions, kept in Postgres (wa_outbox.ops_sessions in schema.sql): login opens one, logout deletes it, and
 every /ops request checks it, so a copied cookie is worth nothing once its session was logged out, expired, or its
 token left WA_OUTBOX_API_TOKENS.
 
