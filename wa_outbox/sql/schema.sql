@@ -1078,7 +1078,7 @@ CREATE TABLE wa_outbox.worker_metrics (
 CREATE INDEX worker_metrics_updated_at ON wa_outbox.worker_metrics (updated_at);
 
 
--- == /ops sessions ===================================================================================================
+-- == /ops sessions ==================================================================================================
 
 -- One row per logged-in /ops session (wa_outbox/web/ops_sessions.py): login inserts it, logout deletes it, and every
 -- /ops request looks it up, so a copied cookie stops working the moment its session is logged out or its token
