@@ -79,7 +79,17 @@ def clean_tables(request):
         conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
         conn.execute("TRUNCATE wa_outbox.notification_events, wa_outbox.notifications, wa_outbox.webhook_events, "
                      "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, "
-                     "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics RESTART IDENTITY")
+                     "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics, wa_outbox.ops_sessions "
+                     "RESTART IDENTITY")
+    yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_auth_budgets(request):
+    """Every test starts with full wrong-token budgets (web/auth_throttle.py) in the shared app: what one test spent
+    from 127.0.0.1 must not turn another test's 401 into a 429."""
+    if "app" in request.fixturenames:
+        getattr(request.getfixturevalue("app"), "extensions", {}).pop("wa_outbox.auth_throttle", None)
     yield
 
 

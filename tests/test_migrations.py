@@ -9,7 +9,7 @@ from tests.conftest import _with_dbname, create_scratch_database, drop_database
 from wa_outbox import migrate
 
 TABLES = {"settings", "notifications", "notification_events", "webhook_events", "contacts", "rate_limits", "workers",
-          "campaigns"}
+          "campaigns", "ops_sessions"}
 
 
 @pytest.fixture
@@ -90,3 +90,47 @@ def test_migrations_leave_the_apps_own_tables_alone(scratch_url):
     with psycopg.connect(scratch_url) as conn:
         assert conn.execute("SELECT version_num FROM public.alembic_version").fetchone()[0] == "app_rev_1"
         assert conn.execute("SELECT to_regclass('public.orders')").fetchone()[0] == "orders"
+
+
+def _limits(url: str) -> dict[str, list]:
+    with psycopg.connect(url) as conn:
+        return {
+            "notifications": [r[0] for r in conn.execute(
+                "SELECT max_attempts FROM wa_outbox.notifications ORDER BY id")],
+            "webhook_events": [r[0] for r in conn.execute(
+                "SELECT max_attempts FROM wa_outbox.webhook_events ORDER BY id")],
+        }
+
+
+def test_0006_hands_version_1_attempt_limits_back_to_the_policy(scratch_url):
+    """Version 1 wrote max_attempts = 10 into every row; version 2 made NULL mean WA_OUTBOX_MAX_ATTEMPTS but left
+    those rows at 10. 0006 sets them NULL, whatever their status (a dead or failed one can be requeued), and keeps
+    a limit someone set by hand."""
+    migrate.upgrade(scratch_url, "0001_initial_schema")
+    _fill(scratch_url)  # a queued message and a webhook event, as version 1 enqueued them
+    with psycopg.connect(scratch_url) as conn:
+        for status in ("dead", "sent", "failed"):
+            conn.execute("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, "
+                         "status, attempts) VALUES ('123', '5511987654321', '{}', 'h', %s, 10)", (status,))
+    migrate.upgrade(scratch_url, "0005_speed")
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("UPDATE wa_outbox.notifications SET max_attempts = 3 WHERE status = 'failed'")  # by hand
+        conn.execute("""SELECT wa_outbox.enqueue('+5511987654322', '{"type":"text","text":{"body":"y"}}')""")
+    assert _limits(scratch_url) == {"notifications": [10, 10, 10, 3, None], "webhook_events": [10]}
+
+    migrate.upgrade(scratch_url, "0006_ops_sessions_max_attempts")
+    assert _limits(scratch_url) == {"notifications": [None, None, None, 3, None], "webhook_events": [None]}
+
+
+def test_0006_downgrades_with_sessions_and_messages_present(scratch_url):
+    migrate.upgrade(scratch_url)
+    _fill(scratch_url)
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO wa_outbox.ops_sessions (id, token_fingerprint, expires_at) "
+                     "VALUES (sha256('s'), sha256('t'), now() + interval '12 hours')")
+    migrate.downgrade(scratch_url, "0005_speed")
+    tables, _, _ = _objects(scratch_url)
+    assert "ops_sessions" not in tables and TABLES - {"ops_sessions"} <= tables
+    assert _limits(scratch_url) == {"notifications": [None], "webhook_events": [None]}  # still the policy's
+    migrate.upgrade(scratch_url)
+    assert "ops_sessions" in _objects(scratch_url)[0]

@@ -149,6 +149,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError
+    return value
+
+
 def _positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0 or value != value or value == float("inf"):
@@ -260,6 +267,9 @@ class Settings:
     validate: str = "off"                  # "meta": refuse at enqueue what Meta's schema refuses (meta_schema.py)
     # operations
     metrics_token: str | None = field(default=None, repr=False)  # when set, /metrics needs it as a bearer token
+    trusted_proxies: int = 0               # proxies in front that append to X-Forwarded-For (default 1 on Heroku)
+    auth_failure_burst: int = 10           # wrong tokens one client may send at once (/ops/login and /v1) ...
+    auth_failures_per_minute: float = 6.0  # ... and at this rate after that; beyond: 429 with Retry-After
     worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
     log_format: str | None = None          # json or console; None: console on a terminal, else json
     # per recipient
@@ -320,6 +330,13 @@ class Settings:
             validate=_validate_mode(env),
             metrics_token=_parse(env, "WA_OUTBOX_METRICS_TOKEN", None, _token, "a token of at least 16 characters",
                                  shown=_secret),
+            # Heroku's router, on a dyno (it sets DYNO): the X-Forwarded-For entry it appends is the client's.
+            trusted_proxies=_parse(env, "WA_OUTBOX_TRUSTED_PROXIES", 1 if env.get("DYNO") else 0, _non_negative_int,
+                                   "the number of proxies in front of the web process (0: none, 1: Heroku's router)"),
+            auth_failure_burst=_parse(env, "WA_OUTBOX_AUTH_FAILURE_BURST", 10, _positive_int,
+                                      "a positive number of wrong tokens one client may send at once"),
+            auth_failures_per_minute=_parse(env, "WA_OUTBOX_AUTH_FAILURES_PER_MINUTE", 6.0, _positive_float,
+                                            "a positive number of wrong tokens per minute, e.g. 6"),
             worker_metrics_port=_parse(env, "WA_OUTBOX_WORKER_METRICS_PORT", None, _port,
                                        "a TCP port number (1-65535)"),
             log_format=_parse(env, "LOG_FORMAT", None, _log_format, "json or console"),

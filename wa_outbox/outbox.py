@@ -94,7 +94,8 @@ class PruneResult:
     batches: int = 0
     seconds: float = 0.0
     longest_batch_seconds: float = 0.0
-    phase: str = "messages"        # what is being pruned now: messages, then webhook_events
+    phase: str = "messages"        # what is being pruned now: messages, then webhook_events, then ops_sessions
+    ops_sessions: int = 0          # /ops sessions past their end (also deleted at every login)
     fraction: float = 0.0          # how far through the phase's old ids
 
     @property
@@ -140,6 +141,9 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
             result.phase, result.fraction = "webhook_events", 0.0
             _prune_walk(cursor, "webhooks", _latest(cutoffs["keys_before"], cutoffs["dead_keys_before"]),
                         webhook_params, batch_size, on_batch)
+            result.phase, result.fraction = "ops_sessions", 0.0
+            with cursor.connection.transaction():
+                result.ops_sessions = cursor.execute(db.query("prune_ops_sessions")).fetchone()["ops_sessions"]
     result.seconds = time.monotonic() - started
     return result
 

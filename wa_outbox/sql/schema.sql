@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0005_speed
+-- Revision: 0006_ops_sessions_max_attempts
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -17,6 +17,7 @@
 --   Rate limits                    rate_limits, bucket_shape(), reserve_slots(), reserve_slots_ahead()
 --   Campaigns                      campaigns, enqueue_campaign(), steer_campaign(), the parking trigger
 --   Workers and their metrics      workers, worker_metrics
+--   /ops sessions                  ops_sessions
 --   Views for operations           queue_health
 --   Grants
 -- A new concern gets a section of its own before "Views for operations". Columns are in the tables' physical order
@@ -1075,6 +1076,25 @@ CREATE TABLE wa_outbox.worker_metrics (
 );
 -- The retirement of rows no worker wrote for a day.
 CREATE INDEX worker_metrics_updated_at ON wa_outbox.worker_metrics (updated_at);
+
+
+-- == /ops sessions ==================================================================================================
+
+-- One row per logged-in /ops session (wa_outbox/web/ops_sessions.py): login inserts it, logout deletes it, and every
+-- /ops request looks it up, so a copied cookie stops working the moment its session is logged out or its token
+-- leaves WA_OUTBOX_API_TOKENS. Nothing in a row can be used as a session or a token: the cookie carries a random
+-- 256-bit secret and the table only its SHA-256; the token is kept as an HMAC under the app secret (a fingerprint
+-- to tell which token opened the session, never the token).
+CREATE TABLE wa_outbox.ops_sessions (
+    id                 bytea PRIMARY KEY CHECK (length(id) = 32),                 -- sha256 of the cookie's secret
+    token_fingerprint  bytea NOT NULL CHECK (length(token_fingerprint) = 32),    -- HMAC-SHA256 of the API token
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    last_seen_at       timestamptz NOT NULL DEFAULT now(),                        -- moved at most once a minute
+    expires_at         timestamptz NOT NULL,
+    CHECK (expires_at > created_at)
+);
+-- Expired sessions are deleted at each login and by `wa-outbox prune`.
+CREATE INDEX ops_sessions_expires_at ON wa_outbox.ops_sessions (expires_at);
 
 
 -- == Views for operations ===========================================================================================

@@ -17,6 +17,7 @@ import json
 from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import logs, outbox
+from . import auth_throttle
 from .errors import json_error
 
 blueprint = Blueprint("api", __name__, url_prefix="/v1")
@@ -40,9 +41,18 @@ def _require_token():
         response, status = json_error(401, "missing bearer token: send Authorization: Bearer <token>")
         response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox"'
         return response, status
+    throttle = auth_throttle.of(current_app)
+    client = throttle.client()
+    wait = throttle.retry_after(client)
+    if wait is not None:  # the token is not even compared: a guess now costs the wait (auth_throttle.py)
+        response, status = json_error(429, f"too many invalid bearer tokens from this client; retry in {wait} s",
+                                      retry_after=wait)
+        response.headers["Retry-After"] = str(wait)
+        return response, status
     # Compare against every token, always, so timing says nothing about which one nearly matched.
     matches = [hmac.compare_digest(token.encode(), t.encode()) for t in settings_of(current_app).api_tokens]
     if not any(matches):
+        throttle.failed(client)  # counted for the summary line, never logged one by one
         response, status = json_error(401, "invalid bearer token")
         response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox", error="invalid_token"'
         return response, status

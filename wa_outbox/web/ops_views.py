@@ -1,8 +1,9 @@
 """/ops: the page an operator keeps open. Server-rendered HTML (templates/ops/), a little JavaScript (static/ops/),
 for anyone holding one of WA_OUTBOX_API_TOKENS.
 
-GET  /ops/login, POST /ops/login      a token → a signed session cookie (HttpOnly, SameSite=Strict, path /ops,
-                                      Secure over HTTPS); POST /ops/logout ends it
+GET  /ops/login, POST /ops/login      a token → a session (a row in wa_outbox.ops_sessions) and its signed cookie
+                                      (HttpOnly, SameSite=Strict, path /ops, Secure over HTTPS); POST /ops/logout
+                                      deletes the row, which ends the session wherever its cookie was copied to
 GET  /ops                             queues, throughput, workers, senders, dead letters, campaigns
 GET  /ops?q=…                         search: message id, phone number, correlation id, wamid
 GET  /ops/messages/<id>               one message and its whole timeline
@@ -11,8 +12,10 @@ POST /ops/dead/retry|purge            a dead-letter group (code, up to the newes
 POST /ops/senders/resume              lift a sender's pause
 
 Every POST but the login needs the session, and every POST (the login too) the CSRF token of the session in its form.
-The session is Flask's signed cookie; its key is derived from the API tokens and the app secret (session_key), so
-changing either ends every session.
+The cookie is Flask's signed session, its key derived from the app secret (session_key); it carries the session's
+secret, its CSRF token and the flashed messages. Whether it is a session is Postgres's word (ops_sessions.py), asked
+on every request: logged out, expired (12 h after login), or opened by a token no longer in WA_OUTBOX_API_TOKENS, it
+is not. Changing the app secret ends every session. Wrong tokens are slowed per client (auth_throttle.py).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import logging
 import secrets
 from typing import Any
 
-from flask import (Blueprint, Flask, abort, current_app, flash, get_flashed_messages, redirect, render_template,
+from flask import (Blueprint, Flask, abort, current_app, flash, g, get_flashed_messages, redirect, render_template,
                    request, session, url_for)
 from flask.sessions import SecureCookieSessionInterface
 
 from .. import ops, outbox
 from ..config import Settings
+from . import auth_throttle, ops_sessions
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +42,10 @@ blueprint = Blueprint("ops", __name__, url_prefix="/ops", template_folder="templ
                       static_folder="static/ops", static_url_path="/static")
 
 COOKIE_NAME = "wa_outbox_ops"
-SESSION_LIFETIME = datetime.timedelta(hours=12)  # the signature's own timestamp enforces it, whatever the browser does
+SESSION_LIFETIME = datetime.timedelta(seconds=ops_sessions.LIFETIME_SECONDS)  # the row's expires_at, and the
+# signature's own timestamp, enforce it, whatever the browser does
 CSRF_FIELD = "csrf_token"
+SESSION_FIELD = "sid"  # the session's secret (its SHA-256 is the row's id)
 _OPEN_ENDPOINTS = {"ops.login", "ops.login_submit", "ops.static"}
 _SECURITY_HEADERS = {
     # No inline script or style anywhere on these pages (the charts are SVG attributes), nothing from elsewhere.
@@ -53,11 +59,9 @@ _SECURITY_HEADERS = {
 
 
 def session_key(settings: Settings) -> bytes:
-    """The session cookie's signing key: HMAC-SHA256 of the API tokens under the app secret. Nothing to configure,
-    and rotating any API token (or the app secret) changes it, which ends every /ops session at once."""
-    material = "\x00".join(sorted(settings.api_tokens)).encode()
-    return hmac.new((settings.app_secret or "").encode(), b"wa-outbox /ops session\x00" + material,
-                    hashlib.sha256).digest()
+    """The session cookie's signing key, derived from the app secret: nothing to configure. It no longer depends on
+    the API tokens: removing one ends the sessions it opened (ops_sessions.is_live), not the others'."""
+    return hmac.new((settings.app_secret or "").encode(), b"wa-outbox /ops session cookie", hashlib.sha256).digest()
 
 
 def token_matches(given: str, tokens: tuple[str, ...]) -> bool:
@@ -101,6 +105,26 @@ def _engine():
     return engine_of(current_app)
 
 
+def _configured_fingerprints() -> frozenset[bytes]:
+    from . import settings_of
+    found = current_app.extensions.get("wa_outbox.ops_token_fingerprints")
+    if found is None:
+        settings = settings_of(current_app)
+        found = current_app.extensions["wa_outbox.ops_token_fingerprints"] = ops_sessions.fingerprints(
+            settings.app_secret, settings.api_tokens)
+    return found
+
+
+def _logged_in() -> bool:
+    """Whether this request's cookie is a live session; a cookie that is not forgets its secret."""
+    if "ops_logged_in" not in g:
+        secret = session.get(SESSION_FIELD)
+        g.ops_logged_in = bool(secret) and ops_sessions.is_live(_engine(), secret, _configured_fingerprints())
+        if secret and not g.ops_logged_in:
+            session.pop(SESSION_FIELD, None)
+    return g.ops_logged_in
+
+
 def _csrf_token() -> str:
     if CSRF_FIELD not in session:
         session[CSRF_FIELD] = secrets.token_urlsafe(32)
@@ -112,7 +136,7 @@ def _page(template: str, status: int = 200, **context):
 
 
 def _refused(status: int, message: str):
-    return _page("error.html", status, message=message, logged_in=bool(session.get("logged_in")))
+    return _page("error.html", status, message=message)
 
 
 @blueprint.before_request
@@ -122,12 +146,13 @@ def _require_session_and_csrf():
     if request.method == "POST":
         given = request.form.get(CSRF_FIELD, "")
         expected = session.get(CSRF_FIELD, "")
-        if not (given and expected and hmac.compare_digest(given.encode(), expected.encode())):
-            if request.endpoint not in _OPEN_ENDPOINTS and not session.get("logged_in"):
+        if not (given and isinstance(expected, str) and expected
+                and hmac.compare_digest(given.encode(), expected.encode())):
+            if request.endpoint not in _OPEN_ENDPOINTS and not _logged_in():
                 return _refused(401, "Not logged in (or the session expired): log in again.")
             return _refused(403, "This form is stale or did not come from this page (CSRF check failed): "
                                  "reload the page and try again.")
-    if request.endpoint in _OPEN_ENDPOINTS or session.get("logged_in"):
+    if request.endpoint in _OPEN_ENDPOINTS or _logged_in():
         return None
     if request.method == "GET" and request.endpoint is not None:
         return redirect(url_for("ops.login", next=request.full_path.rstrip("?")))
@@ -159,20 +184,36 @@ def login():
 @blueprint.post("/login")
 def login_submit():
     from . import settings_of
+    throttle = auth_throttle.of(current_app)
+    client = throttle.client()
+    wait = throttle.retry_after(client)
+    if wait is not None:  # the token is not even compared: a guess now costs the wait (auth_throttle.py)
+        page, status = _page("login.html", 429, next=_next_location(),
+                             error=f"Too many wrong tokens from your address: try again in {wait} s.")
+        return page, status, {"Retry-After": str(wait)}
     token = request.form.get("token", "")
-    if not token or not token_matches(token, settings_of(current_app).api_tokens):
-        log.warning("ops login refused", extra={"remote_addr": request.remote_addr})  # never the token
+    settings = settings_of(current_app)
+    if not token or not token_matches(token, settings.api_tokens):
+        if token:
+            throttle.failed(client)  # counted for the summary line, never logged one by one (nor the token)
         return _page("login.html", 401, next=_next_location(), error="That is not one of WA_OUTBOX_API_TOKENS.")
+    if session.get(SESSION_FIELD):  # the browser's previous session, if any, ends here
+        ops_sessions.close_session(_engine(), session[SESSION_FIELD])
     session.clear()  # a fresh session (and CSRF token) at every login: nothing planted before it survives
-    session["logged_in"] = True
+    session[SESSION_FIELD] = ops_sessions.open_session(
+        _engine(), ops_sessions.token_fingerprint(settings.app_secret, token))
     session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    g.ops_logged_in = True
     log.info("ops login", extra={"remote_addr": request.remote_addr})
     return redirect(_next_location())
 
 
 @blueprint.post("/logout")
 def logout():
+    if session.get(SESSION_FIELD):  # deleted in Postgres: a copy of this cookie is no session either
+        ops_sessions.close_session(_engine(), session[SESSION_FIELD])
     session.clear()
+    g.ops_logged_in = False
     return redirect(url_for("ops.login"))
 
 
@@ -337,4 +378,4 @@ def _json(value: Any) -> str:
 
 @blueprint.context_processor
 def _flashes():
-    return {"flashes": get_flashed_messages(with_categories=True)}
+    return {"flashes": get_flashed_messages(with_categories=True), "logged_in": _logged_in()}
