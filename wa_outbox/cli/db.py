@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json as _json
-
 import click
 
 from ..config import Settings
 from ._common import _record_default_sender, _settings
-from ._errors import CliError
-from ._output import _JSON_TYPE_OIDS, _cell, _json_default, _tsv
+from .db_console import db_query, db_support_role
 
 
 @click.group()
@@ -69,42 +66,5 @@ def db_current() -> None:
     migrate.current(settings.database_url, prepared_statements=settings.db_prepared_statements)
 
 
-@db.command("query")
-@click.argument("sql")
-@click.option("--write", is_flag=True, help="Allow writes (default: a read-only transaction Postgres enforces).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per row instead of tab-separated columns.")
-def db_query(sql: str, write: bool, as_json: bool) -> None:
-    """Run exactly one SQL statement and print its rows: tab-separated with a header line, or `--json`. Read-only
-    unless `--write` (then it runs in its own transaction, committed)."""
-    import psycopg
-    from ..db import connect
-    # Read-only: a READ ONLY transaction, so Postgres itself refuses writes. --write: autocommit, so statements that
-    # cannot run in a transaction block (VACUUM, CREATE INDEX CONCURRENTLY) work too.
-    with connect(_settings(), autocommit=write, application_name="wa-outbox-cli") as conn:
-        conn.read_only = not write
-        with conn.cursor() as cursor:
-            try:
-                # A pipeline: the extended query protocol (which Postgres refuses for several statements) with an
-                # unnamed statement, so nothing stays prepared on the server (PgBouncer). bytes: run as written, no
-                # placeholder parsing.
-                with conn.pipeline():
-                    cursor.execute(sql.encode())
-            except psycopg.errors.SyntaxError as exc:
-                if "multiple commands" in str(exc):
-                    raise CliError("db query runs exactly one statement; this SQL has several: run them one by one"
-                                   ) from None
-                raise
-            if not cursor.description:
-                click.echo(cursor.statusmessage or "", err=True)
-                return
-            names = [c.name for c in cursor.description]
-            json_columns = {i for i, c in enumerate(cursor.description) if c.type_code in _JSON_TYPE_OIDS}
-            if not as_json:
-                click.echo(_tsv(names))
-            for row in cursor:
-                if as_json:
-                    click.echo(_json.dumps(dict(zip(names, row)), default=_json_default, ensure_ascii=False))
-                else:
-                    click.echo(_tsv(_cell(v, i in json_columns) for i, v in enumerate(row)))
-
-
+db.add_command(db_query)
+db.add_command(db_support_role)
