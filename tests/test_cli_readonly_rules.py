@@ -57,6 +57,9 @@ def test_every_function_and_operator_named_goes_to_the_catalog_check():
     assert {("", "lo_from_bytea"), ("pg_catalog", "now"), ("", "generate_series"), ("", "nextval"),
             ("pg_catalog", "extract")} <= found.functions
     assert {("", "+"), ("pg_catalog", "||")} <= found.operators
+    # names as Postgres folds them: unquoted upper case, quoted, or Unicode-escaped, the same function
+    spelled = inspect('SELECT SET_CONFIG(1), "lo_unlink"(1), U&"lo\\005ffrom_bytea"(0, \'x\')').functions
+    assert spelled == {("", "set_config"), ("", "lo_unlink"), ("", "lo_from_bytea")}
 
 
 def test_only_pg_catalogs_harmless_volatile_functions_pass():
