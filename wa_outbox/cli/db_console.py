@@ -50,7 +50,7 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
     except _readonly.Refused as exc:
         if not write:
             raise CliError(f"refused, nothing was run: {exc}") from None
-        inspected = None  # --write: Postgres decides
+        inspected = None  # --write: anything goes (Postgres decides)
     settings = _settings()
     if write:
         click.echo("wa-outbox: --write: the statement runs with writes allowed, committed at once", err=True)
@@ -59,7 +59,7 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
     with connect(settings, autocommit=write, application_name="wa-outbox-cli") as conn:
         conn.read_only = not write
         with conn.cursor() as cursor:
-            if not write and inspected is not None:
+            if inspected is not None and not write:
                 cursor.execute(query("console_begin"), {
                     "statement_timeout": f"{statement_timeout * 1000:.0f}ms",
                     "lock_timeout": f"{lock_timeout * 1000:.0f}ms", "role": as_role})
@@ -124,6 +124,7 @@ def db_support_role(name: str, password_stdin: bool) -> None:
         if not password:
             raise click.BadParameter("no password on stdin", param_hint="--password-stdin")
     role = q.Identifier(name)
+    # DDL names its role as an identifier, which no placeholder can stand for: composed with psycopg.sql (quoted).
     with connect(_settings(), application_name="wa-outbox-cli") as conn:
         state = conn.execute(query("support_role_state"), {"name": name}).fetchone()
         exists, privileged, is_me, i_am_superuser, i_am_member, views = state
