@@ -128,6 +128,9 @@ def test_it_runs_read_only_with_a_statement_and_a_lock_timeout(run, db, server_u
     assert waited.exit_code != 0 and "--lock-timeout (0.1 s)" in waited.output
     bad = run("db", "query", "--write", "--as-role", "nobody", "SELECT 1")
     assert bad.exit_code == 2 and "--as-role" in bad.output
+    missing = run("db", "query", "--as-role", "no_such_role_at_all", "SELECT 1")
+    assert missing.exit_code == 1 and missing.output.strip() == \
+        'wa-outbox: database error: role "no_such_role_at_all" does not exist'
 
 
 # --- the support role --------------------------------------------------------------------------------------------
