@@ -1,0 +1,63 @@
+"""Output formatting: tab-separated lines (escaped as COPY's text format), JSON lines, and a message shown for
+people."""
+
+from __future__ import annotations
+
+import json as _json
+
+import click
+
+
+_JSON_TYPE_OIDS = {114, 3802, 199, 3807}  # json, jsonb, json[], jsonb[]
+
+# Backslash, tab, newline and carriage return in a value, escaped as PostgreSQL's COPY text format (and
+# mysql --batch) does: a value never splits a column or a line.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _tsv(cells) -> str:
+    """One line of tab-separated output, each cell escaped (_TSV_ESCAPES): every TSV line the CLI prints is made
+    here."""
+    return "\t".join(str(cell).translate(_TSV_ESCAPES) for cell in cells)
+
+
+def _cell(value, is_json: bool) -> str:
+    """A value for tab-separated output: JSON for json/jsonb (and arrays), never a Python repr; NULL is empty."""
+    if value is None:
+        return ""
+    if is_json or isinstance(value, (dict, list)):
+        return _json.dumps(value, default=_json_default, ensure_ascii=False)
+    return str(value)
+
+
+def _json_default(value):
+    import datetime
+    import decimal
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (bytes, memoryview)):
+        return "\\x" + bytes(value).hex()
+    return str(value)
+
+
+
+def _echo_json(row: dict) -> None:
+    """One result as one line of JSON on stdout (`--json`)."""
+    click.echo(_json.dumps(row, default=_json_default, ensure_ascii=False))
+
+
+def _print_notification(n: dict) -> None:
+    import json as _json
+    click.echo(f"message {n['id']}: {n['status']} (attempt {n['attempts']}"
+               + (f"/{n['max_attempts']})" if n["max_attempts"] else ")"))
+    click.echo(f"  to +{n['recipient']} from {n['phone_number_id']}, wamid {n['wamid'] or '-'}, "
+               f"correlation id {n['correlation_id'] or '-'}")
+    if n["last_error"]:
+        click.echo(f"  last error: {n['last_error'].get('message')}")
+    for e in n["timeline"]:
+        detail = {k: v for k, v in (e.get("detail") or {}).items() if v is not None}
+        click.echo(f"  {e['at'][:23]}  {e['event']:<16} attempt {e['attempt']}  "
+                   f"{_json.dumps(detail, ensure_ascii=False) if detail else ''}")
+
