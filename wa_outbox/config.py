@@ -82,7 +82,9 @@ def _url_secrets(url: str) -> set[str]:
         libpq = re.split(r"[@/]", generous, maxsplit=1)[0]
         # What libpq takes for the host or path after an unencoded '@' or '/': the password's tail.
         tail = generous[len(libpq) + 1:].split("@")[0].split("/")[0]
-        secrets |= {generous, libpq, *([tail] if len(tail) >= 3 else [])}
+        # Up to the first '@': the password when the '@'s after it belong to the host or the query.
+        first_at = generous.split("@", 1)[0]
+        secrets |= {generous, libpq, first_at, *([tail] if len(tail) >= 3 else [])}
     for match in re.finditer(r"(?i)[?&]password=([^&]*)", url):
         secrets.add(match.group(1))
     return {form for secret in secrets for form in (secret, unquote(secret)) if form}
