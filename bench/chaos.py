@@ -730,7 +730,7 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
         ratio = round(value / reference, 3) if reference else None
         return {"what": what, "unit": unit, "value": value, "reference": reference,
                 "reference_name": reference_name, "ratio": ratio, "goal": goal, "met": met}
-    unknown = f["unknown_messages"]
+    unknown, flood = f["unknown_messages"], f["metrics_flood"]
     headline = [
         row(f"lost, of {n:,} enqueued (SQL, Python, enqueue_many, HTTP)", f["lost"], "= 0", f["lost"] == 0),
         row("sent twice, outcome knowable", f["sent_twice_knowable"], "= 0", f["sent_twice_knowable"] == 0),
@@ -749,9 +749,8 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
             f["web_5xx_outside_outages"] == 0, unit="answers"),
         row("sends by the worker started while Postgres was down", f["late_worker_sends"], "> 0",
             f["late_worker_sends"] > 0, unit="claims"),
-        row(f"/metrics series added by 300 invented methods, paths, queries (of {f['metrics_flood']['metrics_series']})",
-            f["metrics_flood"]["series_added_by_300_more"], "= 0", f["metrics_flood"]["series_added_by_300_more"] == 0,
-            unit="series"),
+        row(f"/metrics series added by 300 invented methods, paths, queries (of {flood['metrics_series']})",
+            flood["series_added_by_300_more"], "= 0", flood["series_added_by_300_more"] == 0, unit="series"),
         row("workers SIGKILLed", procs.kills, None, None, unit="kills"),
     ]
     t0 = timeline[0][0] if timeline else 0

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .states import WebhookEventKind
+from .states import MessageStatus, WebhookEventKind
 
 
 # --- label words: each label's values in one place, so every known series can be shown at 0 before first use ---------
@@ -52,7 +52,8 @@ class SendOutcome(enum.StrEnum):
 
 def send_outcome(status: str, refund: bool) -> SendOutcome:
     """A send's record_outcomes entry (its new status, whether the attempt was given back) as its outcome label."""
-    known = {"sent": SendOutcome.SENT, "dead": SendOutcome.DEAD, "unknown": SendOutcome.UNKNOWN}
+    known = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
+             MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
     return known.get(status, SendOutcome.THROTTLED if refund else SendOutcome.RETRY)
 
 

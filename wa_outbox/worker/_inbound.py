@@ -211,7 +211,8 @@ class InboundProcessor:
                     continue
                 if not keeper.holds(event["id"]):
                     self.stats["lease_lost"] += 1
-                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"], result=InboundResult.LEASE_LOST)
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"],
+                                       result=InboundResult.LEASE_LOST)
                     log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
                                 extra={"correlation_id": event["correlation_id"]})
                     continue
