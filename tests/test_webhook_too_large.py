@@ -5,19 +5,27 @@ signature, feeding WaOutboxBadWebhookSignatures). And a 404 under /ops carries t
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from urllib.parse import urlsplit
 
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import APP_SECRET, meta_body
 from tests.live import serve
+from tests.test_processes import ROOT, free_port, service_env, wait_until_up
 from wa_outbox.webhooks import sign
 
 
 def rejected(client) -> dict[str, float]:
-    text = client.get("/metrics").get_data(as_text=True)
+    return rejected_in(client.get("/metrics").get_data(as_text=True))
+
+
+def rejected_in(text: str) -> dict[str, float]:
     return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text)
             if f.name == "wa_outbox_webhook_rejected" for s in f.samples if s.name.endswith("_total")}
 
@@ -83,6 +91,28 @@ def test_a_chunked_body_past_the_limit_is_413_counted_as_too_large_not_as_a_bad_
     assert after["too_large"] == before.get("too_large", 0) + 1
     assert after["signature"] == before.get("signature", 0)
     assert db.execute("SELECT count(*) FROM wa_outbox.webhook_events").fetchone()[0] == 0
+
+
+def test_under_gunicorn_a_chunked_body_past_the_limit_is_413_counted_as_too_large(database_url, db, tmp_path):
+    port, multiproc = free_port(), tmp_path / "prometheus"
+    multiproc.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf", "wsgi:app"], cwd=ROOT,
+        env=service_env(database_url, WA_OUTBOX_BIND=f"127.0.0.1:{port}", PROMETHEUS_MULTIPROC_DIR=str(multiproc)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    body = padded_body(7_000_000)  # the service's default limit is 6 MiB
+    try:
+        wait_until_up(f"{base}/healthz", proc)
+        status, _, answer = post_chunked(base, body, sign(APP_SECRET, body))
+        counted = rejected_in(requests.get(f"{base}/metrics", timeout=30).text)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+    assert (status, json.loads(answer)["error"]["status"]) == (413, 413)
+    assert counted == {"signature": 0, "payload": 0, "too_large": 1}
+    assert db.execute("SELECT count(*) FROM wa_outbox.webhook_events").fetchone()[0] == 0
+    assert proc.returncode == 0 and "Traceback" not in output, output
 
 
 def test_a_chunked_body_of_exactly_the_limit_is_read_whole_and_stored(app, client, db):
