@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_alerts import alert_rules, dashboard_expressions
 from tests.test_processes import ROOT, free_port, service_env, wait_until_up
-from tests.test_worker_metrics import no_worker_metrics  # noqa: F401 - autouse
 from tests.live import wait_for
 from tests.test_worker_process import start_worker_process
 from wa_outbox.metrics import WORKER_COUNTERS, InboundResult, Rejection, SendOutcome, WebhookResult, send_outcome
