@@ -424,6 +424,49 @@ def post_signed(web_url: str, body: bytes) -> int | None:
         return None
 
 
+class MethodFlood:
+    """Strangers beside the traffic: invented HTTP methods, random paths and query strings, until stopped. `check()`
+    then sends one more burst and says how many series it added to /metrics (the labels are bounded: none)."""
+
+    KNOWN = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PATCH")
+
+    def __init__(self, web_url: str):
+        self.web_url, self.rng, self.sent, self.invented = web_url, random.Random(17), 0, set()
+
+    def _one(self, http: requests.Session, method: str | None = None, target: str | None = None) -> None:
+        if method is None:
+            method = f"M{self.rng.getrandbits(40):010X}" if self.rng.random() < 0.6 else self.rng.choice(self.KNOWN)
+        self.invented.add(method)
+        target = target if target is not None else self.rng.choice(("/healthz", "", "/ops"))
+        path = target if target == "/healthz" else f"{target}/x-{self.rng.getrandbits(48):012x}"
+        with contextlib.suppress(requests.RequestException):  # through web restarts
+            http.request(method, f"{self.web_url}{path}?q{self.rng.getrandbits(16)}={self.rng.getrandbits(32):x}",
+                         timeout=10)
+            self.sent += 1
+
+    def run(self, stop: threading.Event) -> None:
+        with requests.Session() as http:
+            while not stop.wait(0.02):
+                self._one(http)
+
+    def check(self) -> dict:
+        def series(http) -> set[str]:
+            text = http.get(f"{self.web_url}/metrics", timeout=30).text
+            return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+        with requests.Session() as http:
+            for method in (f"M{self.rng.getrandbits(40):010X}", *self.KNOWN):  # every shape once: bounded series
+                for target in ("/healthz", "", "/ops"):
+                    self._one(http, method, target)
+            series(http)  # a scrape counts itself once answered
+            before = series(http)
+            for _ in range(300):
+                self._one(http)
+            after = series(http)
+        leaked = set(re.findall(r'method="([^"]*)"', "\n".join(after))) & (self.invented - set(self.KNOWN))
+        return {"flood_requests": self.sent, "metrics_series": len(after),
+                "series_added_by_300_more": len(after - before), "invented_methods_on_metrics": len(leaked)}
+
+
 class Inbound:
     """Customers writing in (some texts with NUL) and poison webhooks, until stopped."""
 
@@ -687,7 +730,7 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
         ratio = round(value / reference, 3) if reference else None
         return {"what": what, "unit": unit, "value": value, "reference": reference,
                 "reference_name": reference_name, "ratio": ratio, "goal": goal, "met": met}
-    unknown = f["unknown_messages"]
+    unknown, flood = f["unknown_messages"], f["metrics_flood"]
     headline = [
         row(f"lost, of {n:,} enqueued (SQL, Python, enqueue_many, HTTP)", f["lost"], "= 0", f["lost"] == 0),
         row("sent twice, outcome knowable", f["sent_twice_knowable"], "= 0", f["sent_twice_knowable"] == 0),
@@ -706,6 +749,8 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
             f["web_5xx_outside_outages"] == 0, unit="answers"),
         row("sends by the worker started while Postgres was down", f["late_worker_sends"], "> 0",
             f["late_worker_sends"] > 0, unit="claims"),
+        row(f"/metrics series added by 300 invented methods, paths, queries (of {flood['metrics_series']})",
+            flood["series_added_by_300_more"], "= 0", flood["series_added_by_300_more"] == 0, unit="series"),
         row("workers SIGKILLed", procs.kills, None, None, unit="kills"),
     ]
     t0 = timeline[0][0] if timeline else 0
@@ -774,8 +819,11 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
         stop = threading.Event()
         enqueuing = threading.Thread(target=enqueuer.run, name="enqueue")
         customers = threading.Thread(target=inbound.run, args=(stop,), name="inbound")
+        flood = MethodFlood(web_url)
+        strangers = threading.Thread(target=flood.run, args=(stop,), name="method-flood")
         enqueuing.start()
         customers.start()
+        strangers.start()
         problems: list[str] = []
         enqueued_at: list[float] = []
         try:
@@ -812,6 +860,7 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
             happened(f"{procs.kills} workers killed; now settling")
             stop.set()
             customers.join()
+            strangers.join()
 
             def settled() -> bool:
                 # The simulator first, then the database, then the simulator again, unchanged: a send accepted or a
@@ -842,6 +891,9 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
                    "late_pid": procs.late.pid if procs.late else None,
                    "late_exit": procs.late.poll() if procs.late else None, "injected_130429": injected_130429}
             problems, figures = audit(run)
+            figures["metrics_flood"] = flooded = flood.check()
+            if flooded["series_added_by_300_more"] or flooded["invented_methods_on_metrics"]:
+                problems.append(f"/metrics grew under the method flood: {flooded}")
         finally:
             stop.set()
             procs.stop()
@@ -914,6 +966,9 @@ def report(n, elapsed, procs, pg, timeline, problems, f, args) -> None:
     print(f"chaos: web: {f['web_answers']:,} answers, {f['web_5xx']} 5xx, {f['web_5xx_outside_outages']} outside "
           f"the outages; statuses {f['web_statuses']}")
     print(f"chaos: the worker started while Postgres was down claimed {f['late_worker_sends']} sends")
+    print(f"chaos: method flood: {f['metrics_flood']['flood_requests']:,} requests with invented methods, random paths "
+          f"and queries; /metrics has {f['metrics_flood']['metrics_series']} series, 300 more added "
+          f"{f['metrics_flood']['series_added_by_300_more']}")
 
 
 if __name__ == "__main__":

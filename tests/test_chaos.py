@@ -36,6 +36,10 @@ def test_the_quick_chaos_run_loses_nothing_and_sends_nothing_twice(tmp_path):
     assert results["lost"] == 0 and results["sent_twice_knowable"] == 0 and results["stored_twice"] == 0
     assert results["dead"] == results["permanent"] > 0
     assert results["webhook_updates_lost"] == 0 and results["web_5xx_outside_outages"] == 0
+    # Strangers flooded invented methods, random paths and queries beside it: /metrics did not grow.
+    assert results["metrics_flood"]["flood_requests"] > 300
+    assert results["metrics_flood"]["series_added_by_300_more"] == 0
+    assert results["metrics_flood"]["invented_methods_on_metrics"] == 0
     # At most the limit in any sliding second at the simulator, give or take what the bucket's shape allows for
     # the delays from claim to arrival measured on this (busy) machine.
     assert results["max_per_sliding_second"] <= results["rate_bound_for_measured_delays"]

@@ -15,6 +15,8 @@ appear once, never once per worker process.
 from __future__ import annotations
 
 import bisect
+import enum
+import http
 import json
 import threading
 from typing import Iterable, Iterator
@@ -22,20 +24,109 @@ from typing import Iterable, Iterator
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from .states import MessageStatus, WebhookEventKind
+
+
+# --- label words: each label's values in one place, so every known series can be shown at 0 before first use ---------
+class WebhookResult(enum.StrEnum):
+    """`result` of wa_outbox_webhook_events_total."""
+    NEW = "new"
+    DUPLICATE = "duplicate"
+
+
+class Rejection(enum.StrEnum):
+    """`reason` of wa_outbox_webhook_rejected_total."""
+    SIGNATURE = "signature"    # missing or wrong X-Hub-Signature-256 (the WaOutboxBadWebhookSignatures alert)
+    PAYLOAD = "payload"        # signed, but not a webhook body
+    TOO_LARGE = "too_large"    # past WA_OUTBOX_WEBHOOK_MAX_BYTES (413), by Content-Length or chunked
+
+
+class SendOutcome(enum.StrEnum):
+    """`outcome` of wa_outbox_sends_total."""
+    SENT = "sent"
+    RETRY = "retry"            # an attempt spent, another scheduled
+    THROTTLED = "throttled"    # not the message's fault (sender or pair paused): the attempt given back
+    UNKNOWN = "unknown"        # may have reached Meta: settled by status webhooks
+    DEAD = "dead"
+
+
+def send_outcome(status: str, refund: bool) -> SendOutcome:
+    """A send's record_outcomes entry (its new status, whether the attempt was given back) as its outcome label."""
+    known = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
+             MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
+    return known.get(status, SendOutcome.THROTTLED if refund else SendOutcome.RETRY)
+
+
+class InboundResult(enum.StrEnum):
+    """`result` of wa_outbox_inbound_events_total."""
+    DONE = "done"
+    RETRY = "retry"            # failed, queued for another attempt
+    WAITING = "waiting"        # queued again without spending an attempt
+    DEAD = "dead"
+    LEASE_LOST = "lease_lost"  # another worker holds it now
+
+
 webhook_events = Counter("wa_outbox_webhook_events_total",
                          "Inbound webhook updates received, by whether they were new or a duplicate", ["result"])
 webhook_rejected = Counter("wa_outbox_webhook_rejected_total",
                            "Webhook POSTs refused before storing anything, by reason", ["reason"])
 
+
+def initialise_web_counters() -> None:
+    """Every known series of the web process's counters at 0, so /metrics shows them before the first webhook
+    (rate() and the dashboard have a series from the deploy on). In multiprocess mode this writes them to the
+    process's file, where the scrape finds them."""
+    for result in WebhookResult:
+        webhook_events.labels(result=result)
+    for reason in Rejection:
+        webhook_rejected.labels(reason=reason)
+
+
+class RequestLabels:
+    """The request metrics' labels bounded by what the app defines, so no request can add a series: a method the
+    app routes (else "other"), a route rule (else "unmatched": no route, or a method it does not allow), a status
+    code of the HTTP registry (else its class, "5xx")."""
+
+    OTHER_METHOD = "other"
+    UNMATCHED = "unmatched"
+
+    def __init__(self, methods: Iterable[str], rules: Iterable[str]) -> None:
+        self.methods = frozenset(methods)
+        self.rules = frozenset(rules)
+
+    def __call__(self, labels: dict) -> dict:
+        bounded = dict(labels)
+        if "method" in bounded and bounded["method"] not in self.methods:
+            bounded["method"] = self.OTHER_METHOD
+        if "url_rule" in bounded and str(bounded["url_rule"]) not in self.rules:
+            bounded["url_rule"] = self.UNMATCHED
+        if "status" in bounded:
+            bounded["status"] = _status_label(bounded["status"])
+        return bounded
+
+
+_KNOWN_STATUSES = frozenset(int(s) for s in http.HTTPStatus)
+
+
+def _status_label(status: object) -> str:
+    try:
+        code = int(str(status))
+    except ValueError:
+        return "other"
+    if code in _KNOWN_STATUSES:
+        return str(code)
+    return f"{code // 100}xx" if 100 <= code <= 599 else "other"
+
 _QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead", "failed"),
                    "webhook_events": ("queued", "processing", "dead")}
 
 # --- what the workers count -----------------------------------------------------------------------------------------
-# name → (help, label names, label values always shown even at 0: so alerts and dashboards find a series).
+# name → (help, label names, label values always shown even at 0: so alerts and dashboards find a series from the
+# deploy on). Shown by `worker_families`, never written to the table (a worker writes only what it counted).
 WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
     "wa_outbox_sends_total": (
         "Cloud API sends by outcome (sent, retry, throttled, unknown, dead) and Graph error code (none: no error)",
-        ("outcome", "code"), ()),
+        ("outcome", "code"), tuple((outcome.value, "none") for outcome in SendOutcome)),
     "wa_outbox_dead_letters_total": (
         "Messages (queue=notifications) and inbound webhook events (queue=webhook_events) that went dead",
         ("queue",), (("notifications",), ("webhook_events",))),
@@ -45,7 +136,8 @@ WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ..
     "wa_outbox_claims_total": ("Messages claimed for sending", (), ((),)),
     "wa_outbox_inbound_events_total": (
         "Inbound webhook events processed, by kind (status, message, change) and result (done, retry, waiting, dead, "
-        "lease_lost)", ("kind", "result"), ()),
+        "lease_lost)", ("kind", "result"),
+        tuple((kind.value, result.value) for kind in WebhookEventKind for result in InboundResult)),
     "wa_outbox_handler_failures_total": ("Inbound handler calls that raised", (), ((),)),
 }
 SEND_DURATION = "wa_outbox_send_duration_seconds"
@@ -65,9 +157,6 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[tuple[str, str], float] = {}
-        for name, (_, _, shown) in WORKER_COUNTERS.items():
-            for values in shown:
-                self._values[series_key(name, dict(zip(WORKER_COUNTERS[name][1], values)))] = 0.0
         self._buckets = [0] * (len(SEND_DURATION_BUCKETS) + 1)  # the last one: above every bound (+Inf only)
         self._duration_sum = 0.0
 

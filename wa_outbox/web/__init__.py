@@ -114,12 +114,30 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
         encode, content_type = choose_encoder(request.headers.get("Accept"))
         return encode(registry), 200, {"Content-Type": content_type}
 
+    metrics.initialise_web_counters()
     if exporter is None:
         return None
     # The exporter keeps no reference to its metrics: they are found by name in the registry it registered them in.
     found = exporter.registry._names_to_collectors  # noqa: SLF001
     duration, total = found.get("flask_http_request_duration_seconds"), found.get("flask_http_request_total")
+    bound = metrics.RequestLabels({m for rule in app.url_map.iter_rules() for m in rule.methods or ()},
+                                  {rule.rule for rule in app.url_map.iter_rules()})
+    for metric in (duration, total, found.get("flask_http_request_exceptions_total")):
+        if metric is not None:
+            _bound_labels(metric, bound)
     return (duration, total) if duration is not None and total is not None else None
+
+
+def _bound_labels(metric, bound: metrics.RequestLabels) -> None:
+    """The exporter labels each request by its method and rule as sent (an invented method or an unknown path would
+    each add a series): every child it (or the webhook fast path) asks for goes through `bound` first."""
+    labels = metric.__dict__.get("_unbounded_labels", metric.labels)  # once per metric, also for a second app
+
+    def bounded_labels(**named):
+        return labels(**bound(named))
+
+    metric._unbounded_labels = labels
+    metric.labels = bounded_labels
 
 
 class _Families:

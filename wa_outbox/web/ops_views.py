@@ -159,8 +159,10 @@ def _require_session_and_csrf():
     return _refused(401, "Not logged in (or the session expired): log in again.")
 
 
-@blueprint.after_request
+@blueprint.after_app_request  # by path: a 404 or 405 under /ops matched none of this blueprint's views
 def _security_headers(response):
+    if not _is_ops_path(request.path):
+        return response
     for name, value in _SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response

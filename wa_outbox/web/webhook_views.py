@@ -19,6 +19,7 @@ import logging
 import time
 
 from flask import Blueprint, Flask, current_app, g, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import logs, metrics
 from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, events_of_body, verify_signature
@@ -48,16 +49,21 @@ def verify_subscription():
 @blueprint.post(PATH)
 def receive():
     from . import settings_of
-    body = request.get_data(cache=False)  # raw bytes; 413 past MAX_CONTENT_LENGTH
+    try:
+        body = _whole_body()
+    except RequestEntityTooLarge:  # answered 413 by errors.py
+        metrics.webhook_rejected.labels(reason=metrics.Rejection.TOO_LARGE).inc()
+        log.warning("webhook rejected: body larger than %s bytes", current_app.config["MAX_CONTENT_LENGTH"])
+        raise
     try:
         verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
         events = events_of_body(body)
     except SignatureError as exc:
-        metrics.webhook_rejected.labels(reason="signature").inc()
+        metrics.webhook_rejected.labels(reason=metrics.Rejection.SIGNATURE).inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(exc.status, str(exc))
     except PayloadError as exc:
-        metrics.webhook_rejected.labels(reason="payload").inc()
+        metrics.webhook_rejected.labels(reason=metrics.Rejection.PAYLOAD).inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(400, str(exc))
     failed = request.environ.pop(_STORE_ERROR_KEY, None)
@@ -68,15 +74,29 @@ def receive():
     return jsonify(_answer(len(events), new))
 
 
+def _whole_body() -> bytes:
+    """The raw body; RequestEntityTooLarge past MAX_CONTENT_LENGTH. With a Content-Length Werkzeug refuses a
+    larger one before reading; a chunked body it reads up to the limit and returns cut there (which would then
+    fail the signature), so it reads one byte more and refuses a body that has it."""
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if limit is None or request.content_length is not None:
+        return request.get_data(cache=False)
+    request.max_content_length = limit + 1
+    body = request.get_data(cache=False)
+    if len(body) > limit:
+        raise RequestEntityTooLarge()
+    return body
+
+
 def _answer(received: int, new: int) -> dict[str, int]:
     return {"received": received, "new": new, "duplicate": received - new}
 
 
 def _count(received: int, new: int) -> None:
     if new:
-        metrics.webhook_events.labels(result="new").inc(new)
+        metrics.webhook_events.labels(result=metrics.WebhookResult.NEW).inc(new)
     if received - new:
-        metrics.webhook_events.labels(result="duplicate").inc(received - new)
+        metrics.webhook_events.labels(result=metrics.WebhookResult.DUPLICATE).inc(received - new)
 
 
 class WebhookFastPath:

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from .. import db, logs
 from ..config import ConfigError
-from ..metrics import WorkerMetrics
+from ..metrics import InboundResult, WorkerMetrics
 from ..retry import RetryPolicy
 from ..states import TimelineEvent, WebhookEventStatus
 
@@ -138,11 +138,11 @@ def error_text(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
-def inbound_result(outcome: dict) -> str:
+def inbound_result(outcome: dict) -> InboundResult:
     """An event's outcome as the `result` label of wa_outbox_inbound_events_total."""
     if outcome["status"] == WebhookEventStatus.QUEUED:
-        return "waiting" if outcome.get("refund") else "retry"
-    return str(outcome["status"])
+        return InboundResult.WAITING if outcome.get("refund") else InboundResult.RETRY
+    return InboundResult.DEAD if outcome["status"] == WebhookEventStatus.DEAD else InboundResult.DONE
 
 
 def _first_item(payload: Any, list_name: str) -> dict:
@@ -211,7 +211,8 @@ class InboundProcessor:
                     continue
                 if not keeper.holds(event["id"]):
                     self.stats["lease_lost"] += 1
-                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"], result="lease_lost")
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"],
+                                       result=InboundResult.LEASE_LOST)
                     log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
                                 extra={"correlation_id": event["correlation_id"]})
                     continue

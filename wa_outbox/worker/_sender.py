@@ -40,7 +40,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from .. import db, logs
-from ..metrics import WorkerMetrics
+from ..metrics import WorkerMetrics, send_outcome
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
@@ -490,8 +490,7 @@ class Sender:
                      extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             return
         status = entry["status"]
-        key = {"sent": "sent", "dead": "dead", "unknown": "unknown"}.get(
-            status, "throttled" if entry.get("refund") else "retry")
+        key = send_outcome(status, bool(entry.get("refund"))).value
         self.stats[key] += 1
         self.metrics.count("wa_outbox_sends_total", outcome=key, code="none" if decision.code is None else decision.code)
         if status == "dead":
