@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import _with_dbname, create_scratch_database, drop_database
 from tests.live import SENDER, running_worker, wait_for, worker_settings
-from tests.test_worker_process import TEXT, count, start_worker_process
+from tests.system.test_worker_process import TEXT, count, start_worker_process
 from wa_outbox import db as wa_db, migrate
 from wa_outbox.enqueue import enqueue
 from wa_outbox.worker import Worker
@@ -27,7 +27,7 @@ from wa_outbox.config import Settings
 from wa_outbox.worker._sender import Sender, claim_pacing
 from wa_outbox.worker._transport import DryRunTransport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2secret"
 
 

@@ -12,7 +12,7 @@ from flask import request_started
 from werkzeug.test import Client
 
 from tests.conftest import meta_body, post_webhook
-from tests.test_webhook_receiver import count, envelope, status, text_message
+from tests.db.test_webhook_receiver import count, envelope, status, text_message
 from wa_outbox.webhooks import sign
 
 

@@ -4,7 +4,7 @@ overtaking a later send of that line in flight."""
 
 from __future__ import annotations
 
-from tests.test_recipient_order import auto, claim, record, state, text  # noqa: F401 - auto is a fixture
+from tests.db.test_recipient_order import auto, claim, record, state, text  # noqa: F401 - auto is a fixture
 from wa_outbox import outbox
 from wa_outbox.enqueue import enqueue
 from wa_outbox.worker._reconciler import release_stalled_lines

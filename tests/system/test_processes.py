@@ -15,7 +15,7 @@ import requests
 from tests.conftest import APP_SECRET, API_TOKEN, meta_body
 from wa_outbox.webhooks import sign
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from wa_outbox.simulator import SimulatorServer
 
 TOKEN = "test-access-token"
 PHONE_NUMBER_ID = "100000000000001"
-EXAMPLES = json.loads((Path(__file__).parent / "data" / "openapi" / "message-examples.json").read_text())
+EXAMPLES = json.loads((Path(__file__).parents[1] / "data" / "openapi" / "message-examples.json").read_text())
 READ_RECEIPT = "Send typing indicator and read receipt"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

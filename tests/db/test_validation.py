@@ -226,7 +226,7 @@ def test_the_callers_tracker_is_stored_and_sent_after_the_outbox_id(app_engine, 
 
 
 def test_python_check_is_pure_and_matches_sql_for_the_spec_examples(db):
-    from tests.test_enqueue import EXAMPLES
+    from tests.db.test_enqueue import EXAMPLES
     for name, example in EXAMPLES.items():
         sql = db.execute("SELECT wa_outbox.message_problem(%s::jsonb)", (json.dumps(example),)).fetchone()[0]
         assert message_problem(example) == sql, name

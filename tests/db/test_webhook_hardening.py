@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 
 from tests.conftest import APP_SECRET, load_corpus, meta_body, post_webhook
 from tests.live import serve, wait_for
-from tests.test_webhook_receiver import envelope, status, text_message
+from tests.db.test_webhook_receiver import envelope, status, text_message
 from wa_outbox.webhook_store import WebhookStore
 from wa_outbox.webhooks import events_of_body, sign
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import API_TOKEN
-from tests.test_simulator_corpus import INVALID, VALID
+from tests.db.test_simulator_corpus import INVALID, VALID
 from wa_outbox import cli, meta_schema
 from wa_outbox.config import ConfigError, Settings
 from wa_outbox.enqueue import enqueue

@@ -13,7 +13,7 @@ from tests.conftest import APP_SECRET
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from wa_outbox.enqueue import enqueue
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = {"type": "text", "text": {"body": "pagamento confirmado"}}
 
 

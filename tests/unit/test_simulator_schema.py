@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from wa_outbox.simulator.validation import SCHEMA_PATH, InvalidRequest, RequestChecker
 
-EXAMPLES = json.loads((Path(__file__).parent / "data" / "openapi" / "message-examples.json").read_text())
+EXAMPLES = json.loads((Path(__file__).parents[1] / "data" / "openapi" / "message-examples.json").read_text())
 READ_RECEIPT = "Send typing indicator and read receipt"
 TEXT = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": "+5511999990000", "type": "text",
         "text": {"body": "Olá"}}

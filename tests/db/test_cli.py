@@ -173,8 +173,8 @@ def test_db_query_prints_json_values_as_json_and_rows_as_json_objects(run, db):
     header, row = tsv.output.splitlines()
     assert header == "id\tmessage\tlast_error\tpct"
     assert row.startswith(f"{nid}\t{{") and row.endswith("\t\ta%b")
-    # every cell is TSV-escaped, JSON's own backslashes too (tests/test_cli_tsv.py): read back, it is the JSON
-    from tests.test_cli_tsv import read_tsv
+    # every cell is TSV-escaped, JSON's own backslashes too (tests/db/test_cli_tsv.py): read back, it is the JSON
+    from tests.db.test_cli_tsv import read_tsv
     assert json.loads(read_tsv(row)[1]) == {"type": "text", "text": {"body": "Olá\tmundo"}}
     as_json = run("db", "query", "--json", sql)
     assert [json.loads(line) for line in as_json.output.splitlines()] == [

@@ -15,10 +15,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tests.test_cli import make_dead
+from tests.db.test_cli import make_dead
 from wa_outbox import __version__, cli, logs, migrate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def send(run, to: str = "+5511987654321") -> int:

@@ -22,11 +22,11 @@ import requests
 
 from tests.conftest import API_TOKEN, APP_SECRET, _with_dbname, create_scratch_database, drop_database
 from tests.live import wait_for
-from tests.test_processes import free_port
+from tests.system.test_processes import free_port
 from wa_outbox import migrate
 
-ROOT = Path(__file__).resolve().parent.parent
-TYPED_USAGE = Path(__file__).with_name("typed_usage.py")
+ROOT = Path(__file__).resolve().parents[2]
+TYPED_USAGE = Path(__file__).parents[1] / "typed_usage.py"
 # What pip prints when it cannot reach an index (or the index lacks a dependency): a machine problem, not ours.
 _NO_INDEX = re.compile(r"No matching distribution found|Could not find a version that satisfies|"
                        r"Failed to establish a new connection|Temporary failure in name resolution|"

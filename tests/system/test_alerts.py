@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import post_webhook
 from tests.live import running_worker, wait_for, worker_settings
-from tests.test_worker_metrics import enqueue, no_worker_metrics, samples, status_of  # noqa: F401 - autouse
-from tests.test_worker_process import start_worker_process
+from tests.system.test_worker_metrics import enqueue, no_worker_metrics, samples, status_of  # noqa: F401 - autouse
+from tests.system.test_worker_process import start_worker_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 ALERTS_TEST = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "wa-outbox.json"
