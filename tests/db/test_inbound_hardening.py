@@ -413,7 +413,7 @@ def test_slow_handlers_keep_their_lease_and_never_run_twice_at_once(client, db, 
                 overlaps.append(event["id"])
             running.add(event["id"])
             calls[event["id"]] += 1
-        time.sleep(lease * 1.5)  # longer than the lease
+        time.sleep(lease * 1.5)  # the behaviour under test: a handler busy for longer than its lease
         with lock:
             running.discard(event["id"])
 

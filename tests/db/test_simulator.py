@@ -312,7 +312,7 @@ def test_mps_limit_answers_130429_per_phone_number(http):
         assert statuses == [200] * 5 + [400] * 3
         assert_graph_error(send(http, sim, text()), 400, 130429)
         assert send(http, sim, text(), phone_number_id="200000000000002").status_code == 200  # another number
-        time.sleep(1.05)
+        time.sleep(1.05)  # the behaviour under test: the sliding second passes and the number may send again
         assert send(http, sim, text()).status_code == 200
         assert sim.stats()["outcomes"]["error_130429"] == 4
 

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from tests.live import wait_for
 from wa_outbox.simulator import SimulatorServer
 from wa_outbox.webhooks import SignatureError, verify_signature
 
@@ -24,12 +25,14 @@ FAST = (10, 20, 30)  # status delays, ms
 
 class Receiver:
     """Records every webhook POST (raw bytes, parsed payload, arrival time). Answers 200, or 500 to the first
-    `failures` POSTs; while `gate` is cleared, holds every POST unanswered. A bad signature fails the test."""
+    `failures` POSTs; while `gate` is cleared, holds every POST unanswered (`held` of them now). A bad signature
+    fails the test."""
 
     def __init__(self, *, failures: int = 0, port: int = 0):
         self.posts: list[dict] = []
         self.bad_signatures: list[str] = []
         self.failures = failures
+        self.held = 0
         self.gate = threading.Event()
         self.gate.set()
         self._lock = threading.Lock()
@@ -44,7 +47,11 @@ class Receiver:
                     verify_signature(APP_SECRET, body, self.headers.get("X-Hub-Signature-256"))
                 except SignatureError as exc:
                     receiver.bad_signatures.append(str(exc))
+                with receiver._lock:
+                    receiver.held += 1
                 receiver.gate.wait(10)
+                with receiver._lock:
+                    receiver.held -= 1
                 with receiver._lock:
                     failing = receiver.failures > 0
                     receiver.failures -= failing
@@ -223,7 +230,9 @@ def test_statuses_piling_up_behind_a_slow_receiver_are_batched(receiver):
     with simulator(receiver, final_status="sent", webhook_max_batch=100) as sim:
         for i in range(10):
             send(sim, text(to=f"+55119999900{i:02}"))
-        time.sleep(0.1)
+        # the four sender threads each hold a POST at the closed gate, the other six statuses are due behind them
+        wait_for(lambda: receiver.held == 4 and sim.stats()["webhooks"]["due"] == 6, timeout=10,
+                 what="4 POSTs held, 6 statuses due")
         receiver.gate.set()
         assert sim.wait_for_webhooks_idle(10)
     assert len(receiver.statuses()) == 10
@@ -249,7 +258,7 @@ def test_a_receiver_that_is_down_at_first_gets_the_webhook_once_up():
     with SimulatorServer(access_token=TOKEN, app_secret=APP_SECRET, webhook_url=url, status_delays_ms=FAST,
                          final_status="sent", webhook_retry_ms=100, webhook_max_attempts=6) as sim:
         send(sim, text())
-        time.sleep(0.15)  # the first attempts hit a closed port
+        wait_for(lambda: sim.stats()["webhooks"]["failed_attempts"] >= 1, what="a first attempt at the closed port")
         receiver = Receiver(port=port)
         try:
             assert sim.wait_for_webhooks_idle(5)
@@ -317,8 +326,11 @@ def test_reset_forgets_scheduled_webhooks(receiver):
         assert sim.stats()["webhooks"]["pending"] == 3
         sim.reset()
         assert sim.wait_for_webhooks_idle(0.1)
-        time.sleep(0.6)
-    assert receiver.posts == []
+        # A send after the reset has its statuses due later than the forgotten ones were: once they have all
+        # arrived, the forgotten ones would have too.
+        later = send(sim, text()).json()["messages"][0]["id"]
+        assert sim.wait_for_webhooks_idle(10)
+    assert {s["id"] for s in receiver.statuses()} == {later}
 
 
 def test_retry_delays_double_up_to_the_cap_when_one_is_set():

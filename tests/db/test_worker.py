@@ -127,10 +127,13 @@ def test_each_error_class_ends_where_the_table_says(code, status, event, db, sen
 def test_an_auth_failure_pauses_the_sender_instead_of_killing_the_queue(db, sender, sim, settings):
     sim.set_faults([{"mode": "error", "code": 190}])
     ids = queue(db, 50)
-    with running_worker(worker_settings(settings, sim.base_url)):
+    with running_worker(worker_settings(settings, sim.base_url)) as worker:
         wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.notification_events "
                                     "WHERE event = 'sender_paused'").fetchone()[0] >= 1, what="a pause")
-        time.sleep(0.5)
+        # The worker keeps claiming while the sender is paused: three claims later it has had every chance to send
+        # the other rows, had the pause not held.
+        rounds = worker.sender.claim_rounds
+        wait_for(lambda: worker.sender.claim_rounds >= rounds + 3, what="three claims after the pause")
     dead = db.execute("SELECT count(*) FROM wa_outbox.notifications WHERE status = 'dead'").fetchone()[0]
     assert dead == 0
     assert sim.stats()["requests"] <= 8 + 1  # one claim's worth at most, not 50 doomed sends
@@ -169,7 +172,7 @@ def test_unknown_past_the_window_is_resent_when_webhooks_flow(db, sender, sim, s
     s = worker_settings(settings, sim.base_url, send_timeout=1.0, lease_seconds=10, unknown_window_seconds=1.0)
     with running_worker(s) as worker:
         wait_for(lambda: "unknown" in events(db, nid), what="unknown")
-        time.sleep(1.1)
+        time.sleep(1.1)  # the behaviour under test: the 1 s unknown window passes
         worker.maintain()
         wait_for(status_is(db, nid, "sent"), what="resent")
     assert events(db, nid)[:5] == ["queued", "sending", "unknown", "requeued", "sending"]
@@ -183,7 +186,7 @@ def test_unknown_past_the_window_is_dead_when_no_webhooks_arrive(db, sender, sim
     s = worker_settings(settings, sim.base_url, unknown_window_seconds=1.0)
     with running_worker(s) as worker:
         wait_for(lambda: "unknown" in events(db, nid), what="unknown")
-        time.sleep(1.1)
+        time.sleep(1.1)  # the behaviour under test: the 1 s unknown window passes
         worker.maintain()
     r = row(db, nid)
     assert r["status"] == "dead"
@@ -195,7 +198,7 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll(db, sender, sim, setti
     with running_worker(worker_settings(settings, sim.base_url, poll_interval=30.0)) as worker:
         wait_for(lambda: worker.sender.stats is not None and db.execute(
             "SELECT count(*) FROM wa_outbox.workers").fetchone()[0] == 1, what="the worker up")
-        time.sleep(0.5)  # the listener is listening
+        assert worker.listening.wait(20), "the listener never registered its LISTEN"
         [nid] = queue(db)
         wait_for(status_is(db, nid, "sent", "delivered", "read"), timeout=10, what="a NOTIFY-driven send")
 
@@ -274,8 +277,12 @@ def test_statuses_in_any_order_never_move_a_message_back(db, sender, sim, settin
     with running_worker(worker_settings(settings, sim.base_url)):
         for nid in ids:
             wait_for(status_is(db, nid, "read"), what=f"{nid} read")
-        sim.wait_for_webhooks_idle(10)
-        time.sleep(0.5)
+        assert sim.wait_for_webhooks_idle(10)
+        # Every status webhook is stored once the simulator is idle (the receiver answers after its INSERT):
+        # wait until the worker has applied them all, duplicates and stale ones included.
+        wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.webhook_events "
+                                    "WHERE status IN ('queued', 'processing')").fetchone()[0] == 0,
+                 what="every status webhook applied")
     assert {row(db, nid)["status"] for nid in ids} == {"read"}
 
 

@@ -161,7 +161,7 @@ def test_every_worker_dying_pages_within_two_minutes(client, db, sender, sim, da
         assert time.monotonic() - died < 90, f"workers_alive never reached 0: {series}"
         series.append(alive())
         zero_scrapes = zero_scrapes + 1 if series[-1] == 0 else 0
-        time.sleep(max(0.0, died + step * len(series) - time.monotonic()))
+        time.sleep(max(0.0, died + step * len(series) - time.monotonic()))  # the scrape interval: time is the test
     # No heartbeat can come from a dead worker: from here on the value stays 0 until a worker starts again.
     series += [0.0] * (120 // step)
     _fires_within(series, step, True, for_seconds, promtool, tmp_path, deadline_seconds=120)

@@ -7,12 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests
 
 from tests.conftest import APP_SECRET, API_TOKEN, meta_body
+from tests.live import wait_for
 from wa_outbox.webhooks import sign
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,15 +35,13 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
 
 def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
     """Until `url` answers 200 (a loaded machine may take a while to boot gunicorn's workers)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def up() -> bool:
         assert proc.poll() is None, proc.communicate()[0]
         try:
-            if requests.get(url, timeout=5).ok:
-                return
+            return requests.get(url, timeout=5).ok
         except (requests.ConnectionError, requests.Timeout):  # not listening yet, or slow to answer under load
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not come up")
+            return False
+    wait_for(up, timeout=seconds, interval=0.1, what=f"{url} to come up")
 
 
 def test_gunicorn_serves_the_receiver_and_stops_cleanly_on_sigterm(database_url, db):

@@ -24,7 +24,7 @@ def test_moving_average_starts_at_the_first_value_and_follows():
 class _Counter(Sender):
     """Only the in-flight counter and the wake-up of a Sender: what _gather reads."""
 
-    def __init__(self, in_flight: int):  # noqa: D107 - no database, no transport: _gather needs neither
+    def __init__(self, in_flight: int):  # no database, no transport: _gather needs neither
         self.wake = threading.Event()
         self._lock = threading.Lock()
         self._in_flight = in_flight

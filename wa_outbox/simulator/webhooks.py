@@ -116,7 +116,8 @@ class _Delivery:
 
 
 class WebhookDispatcher:
-    """Schedules webhook POSTs and delivers them with retries. `pending` counts deliveries scheduled or in flight."""
+    """Schedules webhook POSTs and delivers them with retries. `pending` counts deliveries scheduled or in flight;
+    `due` those due and waiting for a free sender thread (a signal for tests: statuses piling up)."""
 
     def __init__(self, app_secret: str, config: Callable[[], SimulatorConfig], rng: random.Random, senders: int = 4):
         self._app_secret = app_secret
@@ -178,7 +179,7 @@ class WebhookDispatcher:
 
     def stats(self) -> dict[str, int]:
         with self._cond:
-            return {**self._stats, "pending": self._pending}
+            return {**self._stats, "pending": self._pending, "due": self._ready.qsize()}
 
     def _push(self, due: float, delivery: _Delivery, *, new: bool = True) -> None:
         with self._cond:
