@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, wait_for, worker_settings
-from wa_outbox.config import Settings
-from wa_outbox.worker._sender import claim_pacing
 from wa_outbox import campaigns, db as wdb
+from wa_outbox.config import Settings
 from wa_outbox.db import create_engine
+from wa_outbox.worker._sender import claim_pacing
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
@@ -46,7 +46,7 @@ def messages(db) -> list[dict]:
     cur = db.execute("SELECT recipient, message, priority, campaign_id, idempotency_key, next_attempt_at "
                      "FROM wa_outbox.notifications ORDER BY id")
     names = [c.name for c in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 GOOD_AND_BAD = ("to,body.1,body.2\n"

@@ -10,8 +10,7 @@ import pytest
 
 from tests.conftest import API_TOKEN
 from tests.live import running_worker, wait_for, worker_settings
-from wa_outbox import outbox
-from wa_outbox import db as wa_db
+from wa_outbox import db as wa_db, outbox
 from wa_outbox.db import create_engine
 from wa_outbox.enqueue import enqueue
 from wa_outbox.states import MessageStatus, TimelineEvent

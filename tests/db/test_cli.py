@@ -145,7 +145,7 @@ def test_db_query_refuses_several_statements_even_with_write(run, db):
     nid = int(run("send", "--to", "+5511987654321", "--text", "x").output.split("\t")[0])
     for flags in ((), ("--write",)):
         r = run("db", "query", *flags, "SET wa_outbox.allow_prune = 'on'; "
-                "DELETE FROM wa_outbox.notification_events WHERE notification_id = %d" % nid)
+                f"DELETE FROM wa_outbox.notification_events WHERE notification_id = {nid:d}")
         assert r.exit_code != 0 and "exactly one statement" in r.output and len(r.output.splitlines()) == 1
     assert db.execute("SELECT count(*) FROM wa_outbox.notification_events").fetchone()[0] == 1
 

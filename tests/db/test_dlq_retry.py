@@ -4,10 +4,13 @@ overtaking a later send of that line in flight."""
 
 from __future__ import annotations
 
-from tests.db.test_recipient_order import auto, claim, record, state, text  # noqa: F401 - auto is a fixture
+from tests.db import test_recipient_order
+from tests.db.test_recipient_order import claim, record, state, text
 from wa_outbox import outbox
 from wa_outbox.enqueue import enqueue
 from wa_outbox.worker._reconciler import release_stalled_lines
+
+auto = test_recipient_order.auto  # the fixture: an autocommit engine
 
 A, B, C = "+5511987650001", "+5511987650002", "+5511987650003"
 

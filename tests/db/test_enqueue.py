@@ -142,7 +142,8 @@ def test_enqueue_many_sends_each_field_exactly_as_given(app_engine, db, sender):
     from wa_outbox import enqueue_many
     odd = 'quote " backslash \\ tab \t é ✓ 😀 \u2028 </script>'
     items = [
-        {"to": "+55 (11) 98765-4321", "message": {"type": "text", "text": {"body": odd}, "biz_opaque_callback_data": odd},
+        {"to": "+55 (11) 98765-4321",
+         "message": {"type": "text", "text": {"body": odd}, "biz_opaque_callback_data": odd},
          "idempotency_key": "key " + odd, "correlation_id": "corr " + odd, "phone_number_id": "100000000000002"},
         {"to": "+5511987654322", "message": {"interactive": {"type": "button", "body": {"text": odd}}, "n": 1.5}},
     ]

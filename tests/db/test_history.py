@@ -3,7 +3,8 @@ these tests check the plans, which is what breaks first)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest

@@ -23,8 +23,15 @@ from wa_outbox.retry import RetryPolicy
 from wa_outbox.states import TimelineEvent
 from wa_outbox.worker import _inbound
 from wa_outbox.worker._inbound import (
-    KNOWN_STATUS_WORDS, InboundProcessor, contact_of, error_text, outbox_id_from_callback, parse_errors,
-    parse_timestamp, status_entry)
+    KNOWN_STATUS_WORDS,
+    InboundProcessor,
+    contact_of,
+    error_text,
+    outbox_id_from_callback,
+    parse_errors,
+    parse_timestamp,
+    status_entry,
+)
 from wa_outbox.worker._reconciler import settle_unknown
 from wa_outbox.worker._rescuer import rescue
 
@@ -173,7 +180,7 @@ def message_in(db, status: str, wamid: str | None = None, to: str = "+5511987654
 def message_row(db, nid: int) -> dict:
     cur = db.execute("SELECT status, wamid, attempts, last_error, delivered_at FROM wa_outbox.notifications "
                      "WHERE id = %s", (nid,))
-    return dict(zip(("status", "wamid", "attempts", "last_error", "delivered_at"), cur.fetchone()))
+    return dict(zip(("status", "wamid", "attempts", "last_error", "delivered_at"), cur.fetchone(), strict=True))
 
 
 def timeline(db, nid: int) -> list[tuple]:

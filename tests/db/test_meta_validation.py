@@ -55,7 +55,8 @@ def test_the_api_answers_400_naming_the_field(client, db, sender, meta):
     r = client.post("/v1/messages", json={"to": "+5511987654321", "message": NO_COORDINATES}, headers=auth)
     assert r.status_code == 400 and WHY in r.json["error"]["message"]
     assert _count(db) == 0
-    ok = client.post("/v1/messages", json={"to": "+5511987654321", "message": _message(VALID["pywa:template_copy_code"])},
+    ok = client.post("/v1/messages",
+                     json={"to": "+5511987654321", "message": _message(VALID["pywa:template_copy_code"])},
                      headers=auth)
     assert ok.status_code == 202
 

@@ -41,8 +41,8 @@ def _fill(url: str) -> None:
                      "VALUES ('m:w', 'messages', 'message', '{}') ON CONFLICT DO NOTHING")
         conn.execute("INSERT INTO wa_outbox.contacts (phone_number_id, wa_id) VALUES ('123', '5511987654321') "
                      "ON CONFLICT DO NOTHING")
-        conn.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) VALUES ('123', 80, 80, 80) "
-                     "ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens) "
+                     "VALUES ('123', 80, 80, 80) ON CONFLICT DO NOTHING")
         conn.execute("INSERT INTO wa_outbox.workers (id, hostname, pid) VALUES ('w', 'h', 1) ON CONFLICT DO NOTHING")
 
 

@@ -72,7 +72,8 @@ def test_every_v1_route_is_documented_with_its_methods(app):
 
 def test_every_documented_operation_is_served(app):
     served = served_operations(app)
-    stale = [f"{method.upper()} {path}" for path, method in sorted(documented_operations()) if (path, method) not in served]
+    stale = [f"{method.upper()} {path}" for path, method in sorted(documented_operations())
+             if (path, method) not in served]
     assert not stale, f"{DOCUMENT_FILE} documents operations no Flask route serves:\n" + "\n".join(stale)
 
 

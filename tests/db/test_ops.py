@@ -9,8 +9,7 @@ import psycopg
 import pytest
 
 from tests.conftest import API_TOKEN
-from wa_outbox import db as wa_db
-from wa_outbox import ops, outbox
+from wa_outbox import db as wa_db, ops, outbox
 from wa_outbox.web.ops_views import session_key, token_matches
 
 SENDER = "100000000000001"
@@ -240,7 +239,7 @@ def test_charts_count_the_last_hour_of_the_timeline(logged_in, db):
     dead = _insert(db, status="dead", code=131026)
     html = logged_in.get("/ops").get_data(as_text=True)
     assert re.search(r"dead / min <span class=\"sub\">1 in the last hour", html)
-    assert f"<title>" in html and dead
+    assert "<title>" in html and dead
 
 
 @pytest.mark.parametrize("zone", ["UTC", "America/Sao_Paulo", "Asia/Kolkata", "Asia/Kathmandu", "America/St_Johns"])

@@ -14,7 +14,7 @@ import pytest
 
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from wa_outbox.enqueue import enqueue_many
-from wa_outbox.worker._classify import THROTTLE_PAUSE_SECONDS, Action, SendResult, classify
+from wa_outbox.worker._classify import Action, SendResult, classify
 
 TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
 
@@ -75,7 +75,7 @@ def test_default_schedule_spaces_slots_just_over_one_interval_and_reserves_only_
     slots = reserve(db, 50, horizon=0.5)
     # One slot now, then one per 1/19.7 s up to half a second ahead: no burst.
     assert len(slots) == 1 + int(0.5 * 19.7)
-    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
     assert all(abs(g - 1 / 19.7) < 1e-6 for g in gaps)
     # Any 21 consecutive slots span more than a second, with 15 ms to spare for the send's jitter.
     assert 20 / 19.7 > 1.015
@@ -152,7 +152,7 @@ def test_concurrent_claimers_never_get_more_than_the_rate_in_any_second_and_reac
     slots.sort()
     assert len(set(slots)) == len(slots)  # no slot handed out twice
     assert window_max(slots) <= rate
-    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
     assert min(gaps) > 1 / rate  # every pair of slots further apart than 1/mps
     # Reserved ahead, the schedule has no holes: the rate is reached exactly (0.985 of it, by design).
     assert (len(slots) - 1) / (slots[-1] - slots[0]) >= 0.98 * rate

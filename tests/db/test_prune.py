@@ -11,13 +11,12 @@ import pytest
 
 from tests.conftest import post_webhook
 from tests.live import SENDER
-from wa_outbox import cli, outbox
-from wa_outbox import db as wdb
+from wa_outbox import cli, db as wdb, outbox
+from wa_outbox.config import Settings
 from wa_outbox.retry import RetryPolicy
 from wa_outbox.states import PRUNABLE_STATUSES, MessageStatus
 from wa_outbox.worker._inbound import InboundProcessor
 from wa_outbox.worker._sender import claim_pacing
-from wa_outbox.config import Settings
 
 TEXT = '{"type": "text", "text": {"body": "x"}}'
 EVENTS_PER_MESSAGE = 3
@@ -97,7 +96,7 @@ def test_batches_are_bounded_and_the_walk_covers_every_old_row(db, engine):
     seen: list[tuple[int, int]] = []
     result = outbox.prune(engine, days=30, batch_size=4,
                           progress=lambda r: seen.append((r.messages, r.events)))
-    deltas = [b[0] - a[0] for a, b in zip([(0, 0)] + seen, seen)]
+    deltas = [b[0] - a[0] for a, b in zip([(0, 0)] + seen, seen, strict=False)]
     assert max(deltas) <= 4 and result.batches == len(seen) >= 8
     assert result.messages == 32 and surviving(db, ids + more) == set()
     assert surviving(db, queued) == set(queued)

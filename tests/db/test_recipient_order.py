@@ -225,7 +225,7 @@ def test_order_per_recipient_holds_under_retries_and_unknown(db, sender, sim, se
                                        (to_a[0],))}
     assert {"retry_scheduled", "unknown", "reconciled"} <= events  # the faults did happen to the first one
     spans = sending_spans(db, A)
-    for (_, _, done), (_, started, _) in zip(spans, spans[1:]):
+    for (_, _, done), (_, started, _) in zip(spans, spans[1:], strict=False):
         assert started > done  # the next one was claimed only after the previous one was accepted: never two at once
     assert to_b  # B's messages were not held up by A's line (both sent above)
 

@@ -6,8 +6,7 @@ still the end of the sender's schedule; every row claimed still has a slot of it
 from __future__ import annotations
 
 import json
-import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -20,7 +19,7 @@ from wa_outbox.worker._sender import SLOT_HORIZON, Sender, claim_pacing, next_re
 from wa_outbox.worker._transport import DryRunTransport
 
 TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
-AT = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def grant(sender: str, granted: int) -> dict:
@@ -132,7 +131,7 @@ def test_a_workers_claims_reserve_ahead_after_the_first_and_every_claimed_row_ha
     times = sorted(t for c in claims for t in c)
     # Slots never shared and never closer than the schedule's spacing (1/1.97 s), across claims, each claim's going
     # on right after the last one's.
-    assert min(b - a for a, b in zip(times, times[1:])) >= 1 / 1.97 - 1e-3
+    assert min(b - a for a, b in zip(times, times[1:], strict=False)) >= 1 / 1.97 - 1e-3
     assert claims[2][0] == pytest.approx(claims[1][-1] + 1 / 1.97, abs=1e-3)
     # The third's 3 unused slots came back: the schedule goes on right after its last one used.
     assert slot_times(reserve_ahead(engine, 1, horizon=10))[0] == pytest.approx(claims[2][-1] + 1 / 1.97, abs=1e-3)

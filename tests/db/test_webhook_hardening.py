@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 from tests.conftest import APP_SECRET, load_corpus, meta_body, post_webhook
-from tests.live import serve, wait_for
 from tests.db.test_webhook_receiver import envelope, status, text_message
+from tests.live import serve, wait_for
 from wa_outbox.webhook_store import WebhookStore
 from wa_outbox.webhooks import events_of_body, sign
 
@@ -152,7 +152,7 @@ def test_bodies_go_with_the_last_event_that_refers_to_them(client, db):
     assert db.execute("SELECT count(*) FROM wa_outbox.webhook_bodies WHERE sha256 = %s", (digest,)).fetchone() == (0,)
 
 
-# --- no POST fails another ---------------------------------------------------------------------------------------------
+# --- no POST fails another --------------------------------------------------------------------------------------------
 
 def post_concurrently(url: str, bodies: list[bytes], threads: int = 16) -> list[requests.Response]:
     """Post every body through a real socket from `threads` threads at once; the answers in body order."""
@@ -305,7 +305,8 @@ def mutate(payload: dict, rnd: random.Random) -> bytes:
             parent[key] = copy.deepcopy(rnd.choice(PLAIN_POISONS))
         elif op == 2 and isinstance(parent, dict):
             del parent[key]
-        elif op == 3 and isinstance(parent, dict) and isinstance(parent[key], str):  # a key that jsonb cannot hold, beside the value
+        elif op == 3 and isinstance(parent, dict) and isinstance(parent[key], str):
+            # a key that jsonb cannot hold, beside the value
             parent[f"{key}\x00\ud800"] = parent[key]
         elif isinstance(parent, list):  # duplicate an entry, change or item
             parent.insert(rnd.randrange(len(parent) + 1), copy.deepcopy(parent[key]))

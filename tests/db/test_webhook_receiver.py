@@ -54,7 +54,7 @@ def test_handshake_refuses_a_wrong_token_or_mode(client):
     assert r.status_code == 403
 
 
-# --- signature ---------------------------------------------------------------------------------------------------------
+# --- signature --------------------------------------------------------------------------------------------------------
 
 def test_missing_signature_is_401_and_stores_nothing(client, db):
     body = meta_body(envelope(messages=[text_message("wamid.A")]))
@@ -97,7 +97,7 @@ def test_signature_is_checked_before_parsing(client, db):
     assert r.status_code == 403  # not 400: an unsigned body is never parsed
 
 
-# --- malformed and oversize bodies ---------------------------------------------------------------------------------------
+# --- malformed and oversize bodies ------------------------------------------------------------------------------------
 
 def test_malformed_json_is_400_naming_the_problem(client, db):
     r = post_webhook(client, b'{"object": "whatsapp_business_account", "entry": [')
@@ -115,14 +115,19 @@ def test_wrong_object_is_400(client, db):
 def test_structurally_broken_payloads_are_400_and_store_nothing(client, db):
     good = envelope(messages=[text_message("wamid.A")])
     broken = []
-    b = copy.deepcopy(good); b["entry"] = {"id": "x"}; broken.append((b, "entry must be a list"))
-    b = copy.deepcopy(good); del b["entry"][0]["changes"]; broken.append((b, "entry[0].changes must be a list"))
-    b = copy.deepcopy(good); b["entry"][0]["changes"][0]["value"] = "x"; broken.append((b, "value must be an object"))
-    b = copy.deepcopy(good); del b["entry"][0]["changes"][0]["field"]; broken.append((b, "field must be"))
-    b = copy.deepcopy(good); b["entry"][0]["changes"][0]["value"]["messages"] = {"id": "x"}
-    broken.append((b, "messages must be a list"))
+
+    def breaking(change, message: str) -> None:
+        b = copy.deepcopy(good)
+        change(b)
+        broken.append((b, message))
+
+    breaking(lambda b: b.update(entry={"id": "x"}), "entry must be a list")
+    breaking(lambda b: b["entry"][0].pop("changes"), "entry[0].changes must be a list")
+    breaking(lambda b: b["entry"][0]["changes"][0].update(value="x"), "value must be an object")
+    breaking(lambda b: b["entry"][0]["changes"][0].pop("field"), "field must be")
+    breaking(lambda b: b["entry"][0]["changes"][0]["value"].update(messages={"id": "x"}), "messages must be a list")
     # a valid change in the same POST as a broken one: nothing of it is stored either
-    b = copy.deepcopy(good); b["entry"].append({"id": "2", "changes": [None]}); broken.append((b, "entry[1].changes[0]"))
+    breaking(lambda b: b["entry"].append({"id": "2", "changes": [None]}), "entry[1].changes[0]")
     for payload, message in broken:
         r = post_webhook(client, payload)
         assert r.status_code == 400, payload
@@ -150,7 +155,7 @@ def test_a_body_of_meta_maximum_size_is_accepted(client, db):
     assert r.status_code == 200 and r.json["new"] == 1000
 
 
-# --- storing and deduplication -------------------------------------------------------------------------------------------
+# --- storing and deduplication ----------------------------------------------------------------------------------------
 
 def test_each_update_is_stored_with_its_key_and_queued(client, db):
     payload = envelope(messages=[text_message("wamid.M1"), text_message("wamid.M2")],
@@ -228,7 +233,7 @@ def test_same_payload_posted_concurrently_is_stored_once(app, db):
             c = app.test_client()
             barrier.wait()
             results.append(post_webhook(c, p))
-        except Exception as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - any failure of a thread is reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=post, args=(p,)) for p in payloads]
@@ -277,7 +282,7 @@ def test_empty_entry_list_is_acknowledged(client, db):
     assert r.status_code == 200 and r.json == {"received": 0, "new": 0, "duplicate": 0}
 
 
-# --- correlation ids -----------------------------------------------------------------------------------------------------
+# --- correlation ids --------------------------------------------------------------------------------------------------
 
 def test_correlation_id_is_echoed_and_stored(client, db):
     r = post_webhook(client, envelope(messages=[text_message("wamid.X")]), headers={"X-Correlation-Id": "req-123"})
@@ -286,7 +291,8 @@ def test_correlation_id_is_echoed_and_stored(client, db):
 
 
 def test_correlation_id_is_generated_when_absent_or_unusable(client, db):
-    r = post_webhook(client, envelope(messages=[text_message("wamid.Y")]), headers={"X-Correlation-Id": "bad id <script>"})
+    r = post_webhook(client, envelope(messages=[text_message("wamid.Y")]),
+                     headers={"X-Correlation-Id": "bad id <script>"})
     generated = r.headers["X-Correlation-Id"]
     assert len(generated) == 32 and generated != "bad id <script>"
     assert db.execute("SELECT correlation_id FROM wa_outbox.webhook_events").fetchone()[0] == generated

@@ -22,7 +22,7 @@ def queue(db, n: int = 1, to: str = "+5511987654321", message=TEXT, **kwargs) ->
 def row(db, nid: int) -> dict:
     cur = db.execute("SELECT status, attempts, wamid, last_error, next_attempt_at FROM wa_outbox.notifications "
                      "WHERE id = %s", (nid,))
-    return dict(zip(("status", "attempts", "wamid", "last_error", "next_attempt_at"), cur.fetchone()))
+    return dict(zip(("status", "attempts", "wamid", "last_error", "next_attempt_at"), cur.fetchone(), strict=True))
 
 
 def events(db, nid: int) -> list[str]:

@@ -172,8 +172,8 @@ def test_no_results_yet(tmp_path):
 @pytest.mark.parametrize("damage, problem", [
     (lambda path: path.write_text("{not json"), "cannot be read as JSON"),
     (lambda path: path.write_text(json.dumps({"bench": "claim"})), 'no "results"'),
-    (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"headline": [{"what": "x", "unit": "/s"}]}})),
-     'headline row 1: no "value"'),
+    (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"headline": [
+        {"what": "x", "unit": "/s"}]}})), 'headline row 1: no "value"'),
     (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"tables": [
         {"title": "t", "columns": ["a", "b"], "rows": [[1]]}]}})), "table 1: row 1 does not have 2 cells"),
     (lambda path: path.write_text(json.dumps({"bench": "claim", "results": {"plots": [

@@ -1,8 +1,8 @@
 """The chaos run, reduced (`bench/chaos.py --quick`): 1,000 messages through every enqueue path while workers are
 SIGKILLed, the web restarted and Postgres stopped and crashed, then the audit. The same fire and audit as the full
-run on a shorter clock (a higher rate, a shorter lease and unknown window: about a minute). It brings its own embedded Postgres,
-simulator, gunicorn and workers (whatever DATABASE_URL says), needs no network beyond 127.0.0.1, and fails on any
-violation the audit finds, printing its report."""
+run on a shorter clock (a higher rate, a shorter lease and unknown window: about a minute). It brings its own embedded
+Postgres, simulator, gunicorn and workers (whatever DATABASE_URL says), needs no network beyond 127.0.0.1, and fails
+on any violation the audit finds, printing its report."""
 
 from __future__ import annotations
 

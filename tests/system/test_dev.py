@@ -61,7 +61,7 @@ def test_dev_runs_the_whole_system_and_ctrl_c_stops_it(database_url, db):
             for i in (1, 2, 3)]
         final = {}
         for nid in ids:
-            final[nid] = wait_for(lambda: (lambda m: m["status"] in ("read", "dead") and m)(
+            final[nid] = wait_for(lambda nid=nid: (lambda m: m["status"] in ("read", "dead") and m)(
                 requests.get(f"{web}/v1/messages/{nid}", headers=auth).json()), what=f"{nid} settled")
         retried, lost, dead = (final[i] for i in ids)
         assert retried["status"] == "read" and "retry_scheduled" in [e["event"] for e in retried["timeline"]]

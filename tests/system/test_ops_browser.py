@@ -123,6 +123,7 @@ def _status(db, notification_id: int) -> str:
 def test_log_in_find_a_message_by_phone_number_and_see_its_timeline(browser, ops_url, app, settings, sim, sender,
                                                                      db):
     from selenium.webdriver.common.by import By
+
     from wa_outbox import outbox
     from wa_outbox.web import engine_of
     notification_id, _, _ = outbox.enqueue(engine_of(app), to="+55 11 98765-4321",

@@ -144,7 +144,8 @@ def test_the_wheel_carries_every_file_and_no_top_level_migrations(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     top_level = {name.split("/", 1)[0] for name in names}
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"wa_outbox"}, top_level
-    missing = [f"wa_outbox/{p}" for p in _checkout_files(ROOT / "wa_outbox") if f"wa_outbox/{p.as_posix()}" not in names]
+    missing = [f"wa_outbox/{p}" for p in _checkout_files(ROOT / "wa_outbox")
+               if f"wa_outbox/{p.as_posix()}" not in names]
     missing += [f"migrations/{p} (as wa_outbox/_migrations/{p})" for p in _checkout_files(ROOT / "migrations")
                 if f"wa_outbox/_migrations/{p.as_posix()}" not in names]
     assert not missing, "not in the wheel (widen setup.cfg's package_data):\n" + "\n".join(missing)

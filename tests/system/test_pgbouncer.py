@@ -226,6 +226,6 @@ def test_the_whole_flow_through_pgbouncer_in_transaction_mode(bouncer):
             for proc in reversed(processes):
                 proc.send_signal(signal.SIGTERM)
                 outputs.append(proc.communicate(timeout=40)[0])
-    for proc, output in zip(reversed(processes), outputs):
+    for proc, output in zip(reversed(processes), outputs, strict=True):
         assert proc.returncode == 0, output
         assert "prepared statement" not in output, output

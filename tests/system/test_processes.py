@@ -11,7 +11,7 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import APP_SECRET, API_TOKEN, meta_body
+from tests.conftest import API_TOKEN, APP_SECRET, meta_body
 from tests.live import wait_for
 from wa_outbox.webhooks import sign
 

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psycopg
@@ -20,10 +19,9 @@ from tests.conftest import _with_dbname, create_scratch_database, drop_database
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from tests.system.test_worker_process import TEXT, count, start_worker_process
 from wa_outbox import db as wa_db, migrate
-from wa_outbox.enqueue import enqueue
-from wa_outbox.worker import Worker
-from wa_outbox.worker._outcomes import Claimed
 from wa_outbox.config import Settings
+from wa_outbox.enqueue import enqueue
+from wa_outbox.worker._outcomes import Claimed
 from wa_outbox.worker._sender import Sender, claim_pacing
 from wa_outbox.worker._transport import DryRunTransport
 
@@ -149,7 +147,7 @@ def test_worker_survives_its_connections_being_terminated_mid_run(db, sender, si
     with running_worker(worker_settings(settings, sim.base_url)) as worker:
         terminated = 0
         for round_ in range(1, 6):  # cut its connections five times while it works
-            wait_for(lambda: count(db, "status IN ('sent', 'delivered', 'read')") >= round_ * 8,
+            wait_for(lambda round_=round_: count(db, "status IN ('sent', 'delivered', 'read')") >= round_ * 8,
                      timeout=60, what=f"progress before cut {round_}")
             terminated += terminate_worker_backends(db)
         wait_for(lambda: count(db, "status IN ('sent', 'delivered', 'read')") == len(ids), timeout=60,

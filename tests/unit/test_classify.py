@@ -13,7 +13,7 @@ from wa_outbox.worker._outcomes import Claimed, outcome, request_body
 
 def graph_error(code: int, status: int = 400, retry_after: float | None = None) -> SendResult:
     return SendResult(http_status=status, retry_after=retry_after, body={"error": {
-        "message": "(#%d) something" % code, "type": "OAuthException", "code": code,
+        "message": f"(#{code}) something", "type": "OAuthException", "code": code,
         "error_data": {"messaging_product": "whatsapp", "details": "details here"}, "fbtrace_id": "Abc"}})
 
 

@@ -98,7 +98,7 @@ def test_split_refuses_broken_shapes(payload, message):
     assert message in str(info.value)
 
 
-# --- poison: sanitizing, the fast check, the iterative JSON check (pure, property-based) -------------------------------
+# --- poison: sanitizing, the fast check, the iterative JSON check (pure, property-based) ------------------------------
 
 import json  # noqa: E402
 import re  # noqa: E402
