@@ -42,9 +42,12 @@ def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_reach_it(
     assert window_max(accepted) <= rate
     refused = sim.stats()["outcomes"].get("error_130429", 0)
     assert refused <= 3
-    # Near the rate, less the pauses those refusals drew (each pauses the sender THROTTLE_PAUSE_SECONDS): at least
-    # 0.9 of it on this busy machine (each row given back for a late wake-up leaves its slot unused: a few % under
-    # load); the benchmark (bench/pacing.py) measures it over a long run.
+    # Near the rate, less the pauses those refusals drew (each pauses the sender THROTTLE_PAUSE_SECONDS) and the
+    # slots left unused by rows given back for a late wake-up (how many depends on the machine's load, so they are
+    # counted, not guessed: every claim beyond one per send is one): at least 0.9 of it; the benchmark
+    # (bench/pacing.py) measures it over a long run.
     paused = refused * THROTTLE_PAUSE_SECONDS[130429]
-    achieved = (n - 1) / (accepted[-1] - accepted[0] - paused)
-    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused"
+    claims = db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sending'").fetchone()[0]
+    unused = max(0, claims - n - refused) / rate
+    achieved = (n - 1) / (accepted[-1] - accepted[0] - paused - unused)
+    assert achieved >= 0.9 * rate, f"{achieved:.2f}/s, {refused} refused, {claims - n - refused} given back"
