@@ -230,9 +230,13 @@ def test_statuses_piling_up_behind_a_slow_receiver_are_batched(receiver):
     with simulator(receiver, final_status="sent", webhook_max_batch=100) as sim:
         for i in range(10):
             send(sim, text(to=f"+55119999900{i:02}"))
-        # the four sender threads each hold a POST at the closed gate, the other six statuses are due behind them
-        wait_for(lambda: receiver.held == 4 and sim.stats()["webhooks"]["due"] == 6, timeout=10,
-                 what="4 POSTs held, 6 statuses due")
+        # Every status is due by now: each is in a POST held at the closed gate or waiting behind them for a sender
+        # thread (how they are shared out depends on the threads' timing; the batching does not).
+        def piled_up() -> bool:
+            held = receiver.held
+            webhooks = sim.stats()["webhooks"]
+            return held >= 1 and webhooks["pending"] == held + webhooks["due"]
+        wait_for(piled_up, timeout=10, what="every status held at the gate or due behind it")
         receiver.gate.set()
         assert sim.wait_for_webhooks_idle(10)
     assert len(receiver.statuses()) == 10
