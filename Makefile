@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-unit test-db test-system install install-bench bench bench-quick bench-webhooks bench-outbox clean
+.PHONY: run test test-unit test-db test-system lint install install-bench bench bench-quick bench-webhooks bench-outbox clean
 
 $(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
@@ -46,6 +46,11 @@ test-db: install
 
 test-system: install
 	$(BIN)/python -m pytest tests/system
+
+# ruff and mypy as pyproject.toml configures them.
+lint: install
+	$(BIN)/ruff check wa_outbox migrations tests bench
+	$(BIN)/mypy
 
 bench-webhooks: install
 	$(BIN)/python bench/webhooks.py
