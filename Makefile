@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-bench install-docs docs bench bench-quick bench-webhooks bench-outbox clean
+.PHONY: run test test-unit test-db test-system lint install install-bench install-docs docs bench bench-quick bench-webhooks bench-outbox clean
 
 $(BIN)/.installed: setup.cfg setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
@@ -45,6 +45,22 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# One tier of the suite (make test runs all three): tests/unit needs no database and runs in seconds; tests/db runs
+# against Postgres with the in-process app, worker and simulator; tests/system starts real processes and browsers.
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
+
+test-db: install
+	$(BIN)/python -m pytest tests/db
+
+test-system: install
+	$(BIN)/python -m pytest tests/system
+
+# ruff and mypy as pyproject.toml configures them.
+lint: install
+	$(BIN)/ruff check wa_outbox migrations tests bench
+	$(BIN)/mypy
 
 bench-webhooks: install
 	$(BIN)/python bench/webhooks.py

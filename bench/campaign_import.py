@@ -100,7 +100,8 @@ def main() -> None:
             again_read_s, again_write_s, again = run_import(engine, path, "bench", args.chunk)
             again_rate = args.rows / (again_read_s + again_write_s)
             print(f"re-import (all present): {again_rate:,.0f} rows/s "
-                  f"({again_read_s + again_write_s:.2f} s), {again.imported} imported, {again.present:,} already present")
+                  f"({again_read_s + again_write_s:.2f} s), {again.imported} imported, "
+                  f"{again.present:,} already present")
             assert again.imported == 0
         with psycopg.connect(url, autocommit=True) as conn:
             queued = conn.execute("SELECT count(*) FROM wa_outbox.notifications WHERE status = 'queued' "

@@ -231,7 +231,7 @@ def retrying(action, what: str, seconds: float = 120.0):
             return action()
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"chaos: gave up on {what}")
+                raise SystemExit(f"chaos: gave up on {what}") from None
             time.sleep(0.5)
 
 
@@ -402,7 +402,7 @@ def poison_webhooks() -> tuple[list[dict], list[str]]:
     poison = [envelope({"contacts": [{"profile": {"name": "P"}, "wa_id": "5511900000001"}],
                         "messages": [{"from": "5511900000001", "id": wamid, "timestamp": stamp, "type": "text",
                                       "text": {"body": text}}]})
-              for wamid, text in zip(ids, texts)]
+              for wamid, text in zip(ids, texts, strict=True)]
     keys = [f"m:{wamid}" for wamid in ids]
     status_id = f"wamid.POISONSTATUS{uuid.uuid4().hex[:8]}"
     poison.append(envelope({"statuses": [{"id": status_id, "status": "delivered",
@@ -479,7 +479,7 @@ class Inbound:
 
     def run(self, stop: threading.Event) -> None:
         payloads, keys = poison_webhooks()
-        bodies = [(json.dumps(p).encode(), k) for p, k in zip(payloads, keys)]
+        bodies = [(json.dumps(p).encode(), k) for p, k in zip(payloads, keys, strict=True)]
         bodies.append((b'{"object":"whatsapp_business_account","entry":' + b"[" * 10_000 + b"]" * 10_000 + b"}",
                        None))
         n = 0
@@ -564,7 +564,8 @@ def audit(run: dict) -> tuple[list[str], dict]:
             "SELECT dedup_key, last_error FROM wa_outbox.webhook_events WHERE status = 'dead'").fetchall()
         claims: dict[int, list[float]] = collections.defaultdict(list)
         for notification_id, at in conn.execute(
-                "SELECT notification_id, coalesce((detail->>'send_at')::float8, extract(epoch FROM created_at)::float8) "
+                "SELECT notification_id, "
+                "coalesce((detail->>'send_at')::float8, extract(epoch FROM created_at)::float8) "
                 "FROM wa_outbox.notification_events WHERE event = 'sending' ORDER BY 2"):  # the send slot
             claims[notification_id].append(at)
         late_sends = 0
@@ -707,7 +708,8 @@ def audit(run: dict) -> tuple[list[str], dict]:
 
 def claim_to_arrival(message: dict, claims: dict[int, list[float]]) -> float | None:
     """Seconds from the send slot of the claim that sent `message` (the last claim of its outbox id before it
-    arrived) to its arrival at the simulator; None when unknown. The outbox id is the biz_opaque_callback_data a worker sent."""
+    arrived) to its arrival at the simulator; None when unknown. The outbox id is the biz_opaque_callback_data a worker
+    sent."""
     head = str(message.get("biz_opaque_callback_data") or "").split(":")[0]
     times = claims.get(int(head)) if head.isdigit() else None
     if not times:

@@ -5,7 +5,7 @@ find web 5xx from requests that did not overlap the seconds Postgres was down. T
 import os
 
 from wa_outbox import gunicorn_conf as _service
-from wa_outbox.gunicorn_conf import *  # noqa: F401,F403 - the service's settings, unchanged but for the access log
+from wa_outbox.gunicorn_conf import *  # noqa: F403 - the service's settings, unchanged but for the access log
 
 accesslog = os.environ["CHAOS_ACCESS_LOG"]
 access_log_format = "%(s)s %(D)s %(m)s %(U)s"  # the time logged is the answer's: D gives the start

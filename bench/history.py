@@ -124,7 +124,8 @@ def generate(url: str, size: int) -> None:
                        CASE WHEN s.status NOT IN ('dead', 'cancelled') THEN 'wamid.HBgN' || md5(j::text) END,
                        CASE WHEN j %% 10 < 3 THEN 'req-' || md5((-j)::text) END,
                        t.at, t.at + interval '5 seconds',
-                       CASE WHEN s.status IN ('sent', 'delivered', 'read', 'failed') THEN t.at + interval '1 second' END,
+                       CASE WHEN s.status IN ('sent', 'delivered', 'read', 'failed')
+                            THEN t.at + interval '1 second' END,
                        CASE WHEN s.status IN ('delivered', 'read') THEN t.at + interval '3 seconds' END,
                        CASE WHEN s.status = 'read' THEN t.at + interval '5 seconds' END
                 FROM generate_series(1, %(size)s) j,

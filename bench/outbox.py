@@ -20,8 +20,8 @@ DRY_RUN/FULL's process count is the headline. After that drain, the timeline giv
 (its `sending` event to its `sent` event: the HTTP call plus the wait to be recorded) in percentiles.
 Workers run as processes of their own (each row names its setup: processes x worker_concurrency) and are timed from
 their start (imports done) until no row is queued or sending; then every drain is checked: N rows sent, N messages
-accepted by the simulator, no callback id twice. Every queue is ANALYZEd once filled, as autovacuum would have done on a live
-server (a run this short outpaces it, and a never-analyzed table is planned differently).
+accepted by the simulator, no callback id twice. Every queue is ANALYZEd once filled, as autovacuum would have done on a
+live server (a run this short outpaces it, and a never-analyzed table is planned differently).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -51,9 +52,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._results import add_json_argument, write  # noqa: E402
 from wa_outbox import enqueue, enqueue_many, migrate  # noqa: E402
-from wa_outbox.enqueue import batch_json  # noqa: E402
 from wa_outbox.config import Settings, normalize_database_url  # noqa: E402
 from wa_outbox.db import embedded_database_url  # noqa: E402
+from wa_outbox.enqueue import batch_json  # noqa: E402
 from wa_outbox.worker import Worker  # noqa: E402
 
 SENDER = "100000000000001"
@@ -356,7 +357,7 @@ def bare_client(base_url: str, bodies: list[bytes], setup: tuple[int, int], seco
                                                          results), daemon=True) for i in range(processes)]
     for client in clients:
         client.start()
-    done, failed, elapsed = zip(*(results.get(timeout=seconds + 60) for _ in clients))
+    done, failed, elapsed = zip(*(results.get(timeout=seconds + 60) for _ in clients), strict=True)
     for client in clients:
         client.join(10)
     check(sum(failed) == 0, f"the bare client got {sum(failed)} failed answers")

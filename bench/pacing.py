@@ -135,7 +135,7 @@ def run(mps: float, seconds: float, workers: int, enforce: bool, json_path: Path
     from_claim = sorted(arrival - claimed for arrival, (claimed, _) in sent)
     from_slot = sorted(arrival - slot for arrival, (_, slot) in sent if slot is not None)
     over = sum(1 for i, t in enumerate(times) if i + 1 - bisect.bisect_right(times, t - 1.0, 0, i + 1) > mps)
-    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
     print(f"configured rate         {mps:g} messages/s")
     print(f"achieved rate           {achieved:.2f} messages/s ({achieved / mps:.1%} of the configured rate), "
           f"{len(times)} sends over {times[-1] - times[0]:.1f} s")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -128,7 +127,8 @@ def main() -> None:
             started = time.perf_counter()
             conn.execute("CREATE TABLE public.events_partition AS SELECT * FROM wa_outbox.notification_events")
             copy_seconds = time.perf_counter() - started
-            partition_mb = conn.execute("SELECT pg_total_relation_size('public.events_partition')").fetchone()[0] / 2 ** 20
+            partition_bytes = conn.execute("SELECT pg_total_relation_size('public.events_partition')").fetchone()[0]
+            partition_mb = partition_bytes / 2 ** 20
         fill_queue(url, args.queued)
         print(f"  written in {fill_seconds:.0f} s; {args.queued:,} queued", flush=True)
 
@@ -184,8 +184,8 @@ def main() -> None:
             def sent_between(since, until) -> int:
                 return conn.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sent' "
                                     "AND created_at >= %s AND created_at < %s", (since, until)).fetchone()[0]
-            pruning = list(zip(on[0::2], on[1::2]))
-            alone_windows = [(t_counted, on[0])] + list(zip(on[1::2], on[2::2])) + [(on[-1], t_end)]
+            pruning = list(zip(on[0::2], on[1::2], strict=False))
+            alone_windows = [(t_counted, on[0])] + list(zip(on[1::2], on[2::2], strict=False)) + [(on[-1], t_end)]
             prune_seconds = sum((b - a).total_seconds() for a, b in pruning)
             alone_seconds = sum((b - a).total_seconds() for a, b in alone_windows)
             during = sum(sent_between(a, b) for a, b in pruning) / prune_seconds
@@ -207,7 +207,8 @@ def main() -> None:
     ok = left > 0 and remaining == 0
     print(f"pruned {result.messages:,} messages + {result.events:,} events = {result.rows:,} rows in "
           f"{prune_seconds:.1f} s: {rows_per_second:,.0f} rows/s; {result.batches} batches of {args.batch_size} "
-          f"messages, p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, longest {result.longest_batch_seconds * 1000:.0f} ms")
+          f"messages, p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+          f"longest {result.longest_batch_seconds * 1000:.0f} ms")
     print(f"workers (2 x 128, dry run): {alone:,.0f} sends/s alone ({alone_seconds:.0f} s), {during:,.0f} while the "
           f"prune ran ({prune_seconds:.0f} s in {len(pruning)} stretches): {during / alone:.2f}; queue left at the "
           f"prune's end: {left:,}")

@@ -297,7 +297,7 @@ def main() -> None:
             print(f"{name + f' ({per_post}/POST)':<34}" + "".join(f"{cpu.get(n, 0):>19.3f}" for n in cpu_names))
     profiles = {n: p for n, p in profiles.items() if p}
     if len(profiles) == 2:
-        print(f"\nwhere the receiver's workers spend their Python CPU time (py-spy, GIL held), % of samples")
+        print("\nwhere the receiver's workers spend their Python CPU time (py-spy, GIL held), % of samples")
         for step in profiles[1]:
             print(f"  {step:<50}{profiles[1][step]:>7.1f}{profiles[100][step]:>7.1f}")
     write(args.json, "webhooks", _json_results(results, profiles, stored), facts=facts)

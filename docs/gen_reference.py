@@ -8,7 +8,7 @@
   meaning is the field's own comment in `Settings`, or the line of docs/environment.yml for that name when there is
   one (who reads it and a longer meaning). Names the module mentions elsewhere (read by a helper) are listed too.
 
-docs/hooks.py adds the pages to the MkDocs build; tests/test_docs_build.py checks that they name every route,
+docs/hooks.py adds the pages to the MkDocs build; tests/system/test_docs_build.py checks that they name every route,
 variable and CLI command. Plain functions of their input: no file is written here.
 """
 

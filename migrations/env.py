@@ -5,7 +5,7 @@ reader. A new migration:
 - is named for what it changes (`0006_ops_sessions`, not `0006_misc`): its revision id, its versions/ script and its
   sql/<revision>.up.sql and .down.sql share that name (the existing ones keep theirs: deployed databases know them);
 - updates schema.sql in the same commit (the object as it now is, where a reader looks for it, and the file's
-  `-- Revision:` line). tests/test_schema_file.py compares a database built from schema.sql with one migrated from
+  `-- Revision:` line). tests/db/test_schema_file.py compares a database built from schema.sql with one migrated from
   empty, and fails, with a diff, until both agree;
 - is cited by nothing: comments point at schema.sql (or the function or table), which says why.
 """

@@ -3,6 +3,11 @@
 The server is DATABASE_URL's when set, else the embedded Postgres (pgserver) in ./.wa-outbox/ — the same rule as
 the service. Either way the suite creates its own database (wa_outbox_test_<random>), migrates it, and drops it at
 the end, so it never touches the data in DATABASE_URL's database.
+
+Three tiers share it: tests/unit needs no database (no fixture here starts a server until a test asks for
+`database_url`, so `make test-unit` never starts the embedded Postgres), tests/db runs against Postgres with the
+in-process app, worker and simulator, tests/system starts real processes (gunicorn, workers, `wa-outbox dev`),
+browsers, PgBouncer, the chaos run and wheel builds. `make test` runs all three.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from werkzeug.serving import make_server
 

@@ -1,4 +1,4 @@
-"""The public API as an app uses it, type-checked with `mypy --strict` by tests/test_packaging.py (never run).
+"""The public API as an app uses it, type-checked with `mypy --strict` by tests/system/test_packaging.py (never run).
 
 Each `assert_type` fails if a signature loses its types (returns Any, or takes untyped arguments); each
 `# type: ignore[…]` marks a call mypy must refuse, and `--strict` reports the ignore as unused if it does not.

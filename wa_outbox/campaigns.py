@@ -211,7 +211,7 @@ class _TemplateRows:
     """A template plan's rows as JSON text, without building each row's message: the message's text and its key's
     canonical form are each put together from pieces computed once (from a message built with markers in place of
     the values) and each value's own JSON encoding, character for character what message_text() and
-    campaign_key() give for the message build_message() builds (tests/test_campaigns.py compares them). The rules
+    campaign_key() give for the message build_message() builds (tests/db/test_campaigns.py compares them). The rules
     that do not depend on the row (type, template object) are checked once; each row's values then meet
     check_template_cells() and the size rule (message_problem's last), the only rule a row's values can break."""
 

@@ -94,7 +94,7 @@ def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[
 # autocommit, one transaction) around them keeps the batch all or nothing.
 PIPELINE_ITEMS = 1000
 # The items are checked here (batch_json), by the rules the SQL functions apply, with the same verdicts
-# (tests/test_validation.py): wa_outbox.enqueue_checked() writes them without checking each again, which was a third
+# (tests/db/test_validation.py): wa_outbox.enqueue_checked() writes them without checking each again, which was a third
 # of Postgres's time per message. SQL callers use wa_outbox.enqueue_many(), which checks every item.
 _SQL_MANY = "SELECT wa_outbox.enqueue_checked(%s::jsonb)"
 

@@ -1,6 +1,6 @@
 """The words the database stores for states and transitions, in one place.
 
-Each enum mirrors a CHECK constraint of the schema (wa_outbox/sql/schema.sql); `tests/test_states.py` reads the
+Each enum mirrors a CHECK constraint of the schema (wa_outbox/sql/schema.sql); `tests/db/test_states.py` reads the
 constraints from a migrated database and fails when the two differ, so SQL and Python cannot drift apart.
 """
 

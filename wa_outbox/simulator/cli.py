@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+from typing import Any
 
 import click
 
@@ -57,7 +58,8 @@ def simulator_command(host: str, port: int, webhook_url: str | None, status_dela
     if not logging.getLogger().handlers:
         from .. import logs
         logs.configure(os.environ.get("LOG_LEVEL", "INFO"), os.environ.get("LOG_FORMAT") or None)
-    options = {"status_delays_ms": (status_delay_ms, 2 * status_delay_ms, 3 * status_delay_ms), "mps": mps}
+    options: dict[str, Any] = {"status_delays_ms": (status_delay_ms, 2 * status_delay_ms, 3 * status_delay_ms),
+                               "mps": mps}
     if os.environ.get("WHATSAPP_PHONE_NUMBER_ID"):
         options["phone_number_id"] = os.environ["WHATSAPP_PHONE_NUMBER_ID"]
     try:

@@ -20,6 +20,7 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from . import errors
@@ -61,7 +62,7 @@ class Simulator:
     """State and behaviour of the fake Cloud API; thread-safe (one short lock around the shared state)."""
 
     def __init__(self, *, access_token: str, app_secret: str, config: SimulatorConfig,
-                 faults: list[dict[str, Any]] = (), seed: int | None = None):
+                 faults: Sequence[dict[str, Any]] = (), seed: int | None = None):
         self._authorization = f"Bearer {access_token}".encode()
         self._initial = (config, list(faults))
         self._config = config
@@ -115,6 +116,7 @@ class Simulator:
         if failed_code is None:  # media Meta cannot fetch: accepted now, `failed` once the download fails
             failed_code = parsed.failure_code
         received_at, arrived_monotonic = arrived if arrived is not None else (time.time(), time.monotonic())
+        assert parsed.wa_id is not None  # a message: only a mark_read has none, and it was answered above
         with self._lock:
             limited = self._limits.admit(arrived_monotonic, phone_number_id, parsed.wa_id, config.mps,
                                          config.pair_limit)

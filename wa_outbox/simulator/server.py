@@ -18,6 +18,7 @@ import sys
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
 from typing import Any
@@ -49,7 +50,7 @@ class SimulatorServer:
     """
 
     def __init__(self, access_token: str = "dev-access-token", app_secret: str = "dev-app-secret",
-                 webhook_url: str | None = None, faults: list[dict[str, Any]] = (), *, host: str = "127.0.0.1",
+                 webhook_url: str | None = None, faults: Sequence[dict[str, Any]] = (), *, host: str = "127.0.0.1",
                  port: int = 0, version: str = "v23.0", seed: int | None = None, **config: Any):
         settings = SimulatorConfig().updated({"webhook_url": webhook_url, **config})
         self.simulator = Simulator(access_token=access_token, app_secret=app_secret, config=settings,
@@ -80,7 +81,8 @@ class SimulatorServer:
         server.shutdown()
         server.close_connections()
         server.server_close()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self.simulator.webhooks.stop()
 
     def __enter__(self) -> SimulatorServer:
@@ -155,7 +157,7 @@ class _Server(ThreadingHTTPServer):
 
     def server_bind(self) -> None:
         TCPServer.server_bind(self)  # not HTTPServer's, which resolves the host name (a DNS lookup)
-        self.server_name, self.server_port = self.server_address[:2]
+        self.server_name, self.server_port = self.server_address[:2]  # type: ignore[assignment]  # (host, port)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -197,9 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
         Headers land in a plain dict with lower-case names. The request's arrival is noted first: the throughput
         limits count by it, as Meta's edge would, not by when this busy process got round to checking the request."""
         self.arrived = (time.time(), time.monotonic())
-        self.command = None
+        self.command = None  # type: ignore[assignment]  # as http.server's own parse_request: no command yet
         self.request_version = "HTTP/1.0"  # until the request line says otherwise
-        self.requestline = str(self.raw_requestline, "latin-1").rstrip("\r\n")
+        self.requestline = str(self.raw_requestline, "latin-1").rstrip("\r\n")  # type: ignore[attr-defined]
         words = self.requestline.split()
         if len(words) != 3 or not words[2].startswith("HTTP/1."):
             self.send_error(400, "Bad request line")
@@ -215,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_error(400, "Bad header")
                 return False
             headers[name.strip().lower()] = value.strip()
-        self.headers = headers
+        self.headers = headers  # type: ignore[assignment]  # a plain dict on purpose (see above)
         connection = headers.get("connection", "").lower()
         self.close_connection = connection == "close" or (
             self.request_version == "HTTP/1.0" and connection != "keep-alive")

@@ -116,7 +116,8 @@ class _Delivery:
 
 
 class WebhookDispatcher:
-    """Schedules webhook POSTs and delivers them with retries. `pending` counts deliveries scheduled or in flight."""
+    """Schedules webhook POSTs and delivers them with retries. `pending` counts deliveries scheduled or in flight;
+    `due` those due and waiting for a free sender thread (a signal for tests: statuses piling up)."""
 
     def __init__(self, app_secret: str, config: Callable[[], SimulatorConfig], rng: random.Random, senders: int = 4):
         self._app_secret = app_secret
@@ -178,7 +179,7 @@ class WebhookDispatcher:
 
     def stats(self) -> dict[str, int]:
         with self._cond:
-            return {**self._stats, "pending": self._pending}
+            return {**self._stats, "pending": self._pending, "due": self._ready.qsize()}
 
     def _push(self, due: float, delivery: _Delivery, *, new: bool = True) -> None:
         with self._cond:
@@ -222,16 +223,18 @@ class WebhookDispatcher:
         """Merge the statuses of further ready deliveries for the same number into this POST, up to `limit`: when
         the receiver is slow, statuses pile up and go out batched, as Meta's do. Returns an item it took but could
         not merge (the caller handles it next), or None."""
-        while len(delivery.statuses) < limit:
+        statuses = delivery.statuses
+        assert statuses is not None  # a status POST not yet serialised: the caller checked
+        while len(statuses) < limit:
             try:
                 item = self._ready.get_nowait()
             except queue.Empty:
                 return None
             if item is _STOP or item[0] != generation or item[1].statuses is None \
                     or item[1].phone_number_id != delivery.phone_number_id \
-                    or len(delivery.statuses) + len(item[1].statuses) > limit:
+                    or len(statuses) + len(item[1].statuses) > limit:
                 return item
-            delivery.statuses.extend(item[1].statuses)
+            statuses.extend(item[1].statuses)
             delivery.then.extend(item[1].then)
             with self._cond:
                 if generation == self._generation:

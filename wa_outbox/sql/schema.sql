@@ -2,7 +2,7 @@
 -- Revision: 0006_ops_sessions_max_attempts
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
--- the service. tests/test_schema_file.py builds one database from this file alone and one from the migrations and
+-- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
 -- compares their catalogs (tables, columns, constraints, indexes, functions, triggers, views, comments, grants): a
 -- migration that changes the schema updates this file, and the `Revision:` line above, in the same commit.
 --
@@ -224,7 +224,7 @@ $$;
 -- One owner of the rules for what may be queued: recipient_problem(), message_problem() and key_problem() (NULL
 -- when fine, else the reason), called by enqueue(), enqueue_many() and enqueue_campaign(). wa_outbox/messages.py
 -- mirrors them word for word, so Python callers get the same verdict before anything reaches their transaction;
--- tests/test_validation.py runs one table of cases through every entry point.
+-- tests/db/test_validation.py runs one table of cases through every entry point.
 -- Every rule is a LANGUAGE sql expression without sub-queries, so Postgres inlines it into the statement that calls
 -- it (no function call per item of a bulk enqueue). The two rules that walk the whole message are their own
 -- function, message_json_problem(), which a batch asks only when batch_json_suspect() says some item could break
@@ -521,7 +521,7 @@ END $$;
 
 -- enqueue_checked(): enqueue_many()'s writes alone, for items the Python package has checked already (wa_outbox/
 -- enqueue.py's enqueue_many(): every rule of wa_outbox.messages, which gives the verdicts the SQL rules give, case for
--- case: tests/test_validation.py). Checking them again in SQL was a third of Postgres's CPU per message (each rule
+-- case: tests/db/test_validation.py). Checking them again in SQL was a third of Postgres's CPU per message (each rule
 -- per item, the walks over the batch, taking each field out of its item); here jsonb_to_recordset() reads every
 -- item's fields in one step. Each item: {"to": <digits>, "message": <object>, "idempotency_key"?, "correlation_id"?,
 -- "phone_number_id"?}. The one rule Python cannot know, the default sender (from settings), is checked here; the

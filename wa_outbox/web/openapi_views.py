@@ -1,7 +1,7 @@
 """GET /v1/openapi.json: the OpenAPI 3.1 description of /v1 (wa_outbox/web/openapi.json, shipped in the package).
 
 Served without a token, unlike the rest of /v1: it describes the API (as the documentation does), holds no data, and API
-tools (Swagger UI, client generators) fetch it without credentials. tests/test_openapi.py keeps it true to the
+tools (Swagger UI, client generators) fetch it without credentials. tests/db/test_openapi.py keeps it true to the
 routes Flask serves.
 """
 

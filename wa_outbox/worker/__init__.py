@@ -117,6 +117,7 @@ class Worker:
             self.policy, settings.lease_seconds, metrics=self.metrics)
         self._metrics_server = None
         self.stopping = threading.Event()
+        self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
         self._recorder_done = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -194,6 +195,7 @@ class Worker:
                 with db.connect(self.settings, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                                 application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.listening.set()
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
                     while not self.stopping.is_set():
@@ -201,6 +203,7 @@ class Worker:
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
                             self.sender.wake.set()
             except psycopg.Error as exc:
+                self.listening.clear()
                 failures += 1
                 delay = self._failure_delay(failures)
                 log.warning("listener lost its connection (%d in a row); polling meanwhile, next try in %.1f s: %s",

@@ -1,0 +1,52 @@
+"""The producer's choice to let the sends in flight end before claiming (wa_outbox/worker/_sender.py gather_first):
+one claim statement for all their slots when sends end sooner than a claim returns, never in a trickle."""
+
+from __future__ import annotations
+
+import threading
+
+from wa_outbox.worker._sender import Sender, gather_first, moving_average
+
+
+def test_gathers_only_when_many_sends_are_in_flight_and_sends_are_quicker_than_claims():
+    assert gather_first(48, 16, send_seconds=0.014, claim_seconds=0.040)
+    assert not gather_first(48, 16, send_seconds=0.200, claim_seconds=0.040)  # a slow API: claim at once
+    assert not gather_first(3, 16, send_seconds=0.014, claim_seconds=0.040)   # a trickle: claims stay on time
+    assert not gather_first(48, 16, send_seconds=None, claim_seconds=0.040)   # nothing measured yet
+    assert not gather_first(48, 16, send_seconds=0.014, claim_seconds=None)
+
+
+def test_moving_average_starts_at_the_first_value_and_follows():
+    assert moving_average(None, 0.5) == 0.5
+    assert 0.5 < moving_average(0.5, 1.5) < 1.5
+
+
+class _Counter(Sender):
+    """Only the in-flight counter and the wake-up of a Sender: what _gather reads."""
+
+    def __init__(self, in_flight: int):  # no database, no transport: _gather needs neither
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
+        self._in_flight = in_flight
+
+
+def test_gather_returns_when_the_last_send_in_flight_ends():
+    sender, stopping = _Counter(in_flight=2), threading.Event()
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (sender._gather(stopping, 60.0), done.set()))
+    waiter.start()
+    for _ in range(2):
+        assert not done.is_set()
+        with sender._lock:
+            sender._in_flight -= 1
+        sender.wake.set()
+    assert done.wait(10), "gather still waiting with nothing in flight"
+    waiter.join()
+
+
+def test_gather_gives_up_after_its_time_and_on_stop():
+    sender, stopping = _Counter(in_flight=1), threading.Event()
+    sender._gather(stopping, 0.01)  # returns although a send is still in flight
+    stopping.set()
+    sender._gather(stopping, 60.0)  # returns at once: stopping
+    assert sender.in_flight == 1
