@@ -244,7 +244,7 @@ class Worker:
 
         class _Collector:
             def collect(self):
-                rows = [{"metric": m, "labels": json.loads(labels), "value": v}
+                rows = [queries.MetricTotal(metric=m, labels=json.loads(labels), value=v)
                         for (m, labels), v in metrics.snapshot().items()]
                 return worker_families(rows)
 
