@@ -20,7 +20,7 @@ SQL_FILES = sorted(p.name.removesuffix(".sql") for p in resources.files("wa_outb
                    if p.name.endswith(".sql"))
 FUNCTIONS = {name: f for name, f in inspect.getmembers(queries, inspect.isfunction)
              if f.__module__ == queries.__name__ and not name.startswith("_")}
-# Row types: the classes queries.py defines (a row decorator gives them all).
+# Row types: the classes queries.py defines.
 ROW_TYPES = [c for _, c in inspect.getmembers(queries, inspect.isclass) if c.__module__ == queries.__name__]
 
 

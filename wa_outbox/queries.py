@@ -26,7 +26,6 @@ from psycopg.types.json import Jsonb
 from . import db
 
 T = TypeVar("T")
-row = dataclass(frozen=True, slots=True)
 
 WORKER_ALIVE_SECONDS = 30  # as wa_outbox_workers_alive counts them (queue_metrics.sql)
 
@@ -53,7 +52,7 @@ def _conn_one(conn: psycopg.Connection[Any], name: str, cls: type[T], params: di
 
 # --- messages: enqueue, look-up, cancel ---------------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     id: int
     status: str
@@ -68,7 +67,7 @@ def enqueue_one(engine: sa.Engine, *, to: str, message: str, idempotency_key: st
         "phone_number_id": phone_number_id, "ordered": ordered})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class Notification:
     """One message with its timeline, as the API's GET /v1/messages/<id> and the ops message page show it."""
     id: int
@@ -96,7 +95,7 @@ def get_notification(engine: sa.Engine, *, id: int) -> Notification | None:
     return found[0] if found else None
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class NotificationSummary:
     id: int
     status: str
@@ -115,7 +114,7 @@ def find_notifications(engine: sa.Engine, *, recipient: str | None, correlation_
                  {"recipient": recipient, "correlation_id": correlation_id, "limit": limit})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class Cancellation:
     id: int
     status: str      # the message's status now
@@ -128,7 +127,7 @@ def cancel(engine: sa.Engine, *, ids: list[int], actor: str) -> list[Cancellatio
 
 # --- the dead-letter queue -----------------------------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class DeadMessage:
     id: int
     status: str
@@ -154,13 +153,14 @@ def requeue(engine: sa.Engine, *, ids: list[int], all: bool, code: int | None, r
 
 def purge_dead(conn: psycopg.Connection[Any], *, ids: list[int], all: bool, older_than_days: int) -> int:
     """How many dead messages were deleted. Run it where wa_outbox.allow_prune is on (outbox.purge_dead)."""
-    return conn.execute(db.query("purge_dead"), {"ids": ids, "all": all,
-                                                  "older_than_days": older_than_days}).fetchone()[0]
+    found = conn.execute(db.query("purge_dead"), {"ids": ids, "all": all, "older_than_days": older_than_days}).fetchone()
+    assert found is not None  # a count always returns one row
+    return found[0]
 
 
 # --- pruning (in the caller's transaction: the timeline's door is opened per batch) --------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class PruneCutoffs:
     before: datetime | None
     dead_before: datetime | None
@@ -174,7 +174,7 @@ def prune_cutoffs(conn: psycopg.Connection[Any], *, days: int, dead_days: int | 
                      {"days": days, "dead_days": dead_days, "min_key_days": min_key_days})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class PruneProbe:
     """The first row at or after an id: its id and creation time (None: no row), and the table's last id."""
     id: int | None
@@ -190,7 +190,7 @@ def prune_webhooks_probe(conn: psycopg.Connection[Any], *, id: int) -> PruneProb
     return _conn_one(conn, "prune_webhooks_probe", PruneProbe, {"id": id})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class PrunedMessages:
     messages: int
     events: int
@@ -204,7 +204,7 @@ def prune_messages_batch(conn: psycopg.Connection[Any], *, after: int, until: in
         "dead_before": dead_before})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class PrunedWebhooks:
     webhook_events: int
     next_after: int
@@ -218,7 +218,7 @@ def prune_webhooks_batch(conn: psycopg.Connection[Any], *, after: int, until: in
 
 # --- senders: rate limits and pauses ---------------------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class RateLimit:
     phone_number_id: str
     mps: float
@@ -235,7 +235,7 @@ def ratelimit_show(engine: sa.Engine) -> list[RateLimit]:
     return _rows(engine, "ratelimit_show", RateLimit)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class RateLimitSet:
     phone_number_id: str
     mps: float
@@ -251,7 +251,7 @@ def ratelimit_set(engine: sa.Engine, *, phone_number_id: str, mps: float, burst:
                 {"phone_number_id": phone_number_id, "mps": mps, "burst": burst, "resume": resume})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class SenderResumed:
     phone_number_id: str
     was_paused_until: datetime | None  # None: it was not paused
@@ -284,7 +284,7 @@ def record_default_sender(conn: psycopg.Connection[Any], *, phone_number_id: str
 
 # --- the sender's hot path (worker/_sender.py) -----------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """A row this worker claimed and must send."""
     id: int
@@ -310,7 +310,7 @@ def claim_notifications(engine: sa.Engine, *, limit: int, worker_id: str, lease_
         "horizon": horizon, "reserved": reserved}, row_factory=_CLAIMED)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class SlotGrant:
     phone_number_id: str
     granted: int
@@ -360,7 +360,7 @@ def database_clock(engine: sa.Engine) -> float:
     return db.fetch(engine, "database_clock")[0]["now"]
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class CampaignPaused:
     campaign_id: int
     name: str
@@ -384,7 +384,7 @@ def rescue_webhook_events(engine: sa.Engine, *, limit: int, max_attempts: int) -
                                           {"limit": limit, "max_attempts": max_attempts})]
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class Settled:
     next_status: str
     n: int
@@ -416,7 +416,7 @@ def worker_gone(engine: sa.Engine, *, worker_id: str) -> None:
     db.execute(engine, "worker_gone", {"worker_id": worker_id})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class MetricSeries:
     metric: str
     labels: dict[str, str]
@@ -431,7 +431,7 @@ def retire_worker_metrics(engine: sa.Engine, *, stopping_worker_id: str | None) 
     db.execute(engine, "retire_worker_metrics", {"stopping_worker_id": stopping_worker_id})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class MetricTotal:
     metric: str
     labels: dict[str, str]
@@ -442,7 +442,7 @@ def worker_metrics_totals(engine: sa.Engine) -> list[MetricTotal]:
     return _rows(engine, "worker_metrics_totals", MetricTotal)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class QueueCount:
     queue: str
     status: str
@@ -468,7 +468,7 @@ def insert_webhook_events_with_bodies(engine: sa.Engine, *, events: Jsonb, diges
                                              {"events": events, "digests": digests, "bodies": bodies})}
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class WebhookEvent:
     id: int
     kind: str
@@ -498,7 +498,7 @@ def finish_webhook_events(engine: sa.Engine, *, worker_id: str, outcomes: str) -
     db.execute(engine, "finish_webhook_events", {"worker_id": worker_id, "outcomes": outcomes})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class StatusApplied:
     event_id: int
     notification_id: int | None
@@ -518,7 +518,7 @@ def record_inbound_messages(engine: sa.Engine, *, messages: str) -> None:
 
 # --- campaigns -------------------------------------------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class CampaignChunk:
     campaign_id: int
     campaign_status: str
@@ -533,7 +533,7 @@ def enqueue_campaign(engine: sa.Engine, *, name: str, phone_number_id: str | Non
         "name": name, "phone_number_id": phone_number_id, "default_sender": default_sender, "items": items})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class CampaignSteered:
     campaign_id: int
     name: str
@@ -547,7 +547,7 @@ def steer_campaign(engine: sa.Engine, *, name: str, action: str, actor: str, rea
                 {"name": name, "action": action, "actor": actor, "reason": reason})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class CampaignRow:
     id: int
     name: str
@@ -569,7 +569,7 @@ def campaign_summaries(engine: sa.Engine, *, name: str | None) -> list[CampaignR
 
 # --- the /ops page ---------------------------------------------------------------------------------------------------
 
-@row
+@dataclass(frozen=True, slots=True)
 class QueueDepth:
     queue: str
     status: str
@@ -582,7 +582,7 @@ def ops_queue_depth(engine: sa.Engine, *, cap: int) -> list[QueueDepth]:
     return _rows(engine, "ops_queue_depth", QueueDepth, {"cap": cap})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class MinuteFlows:
     minute: datetime
     entered: int
@@ -596,7 +596,7 @@ def ops_throughput(engine: sa.Engine) -> list[MinuteFlows]:
     return _rows(engine, "ops_throughput", MinuteFlows)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class WorkerRow:
     id: str
     hostname: str
@@ -616,7 +616,7 @@ def ops_workers(engine: sa.Engine) -> list[WorkerRow]:
     return _rows(engine, "ops_workers", WorkerRow)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class SenderRow:
     phone_number_id: str
     mps: float
@@ -634,7 +634,7 @@ def ops_senders(engine: sa.Engine) -> list[SenderRow]:
     return _rows(engine, "ops_senders", SenderRow)
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class DeadGroup:
     code: str        # '' for none
     count: int
@@ -652,7 +652,7 @@ def ops_dead_group_ids(engine: sa.Engine, *, code: str, up_to_id: int, before_id
                 {"code": code, "up_to_id": up_to_id, "before_id": before_id, "limit": limit})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class CampaignOnPage:
     id: int
     name: str
@@ -668,7 +668,7 @@ def ops_campaigns(engine: sa.Engine, *, limit: int) -> list[CampaignOnPage]:
     return _rows(engine, "ops_campaigns", CampaignOnPage, {"limit": limit})
 
 
-@row
+@dataclass(frozen=True, slots=True)
 class SearchHit:
     id: int
     status: str

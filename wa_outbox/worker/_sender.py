@@ -44,7 +44,6 @@ from ..metrics import WorkerMetrics
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
-from ..queries import SlotGrant
 from ._outcomes import Claimed, outcome, released, request_body
 from ._transport import Transport
 
@@ -110,7 +109,7 @@ def claim_pacing(settings: Settings) -> dict:
             "reserved": "[]"}
 
 
-def next_reservations(reserved: list[SlotGrant], claimed_senders: list[str], limit: int
+def next_reservations(reserved: list[queries.SlotGrant], claimed_senders: list[str], limit: int
                       ) -> tuple[list[str], dict[str, tuple[int, datetime]]]:
     """After a claim of up to `limit` rows: the senders to reserve slots for ahead of the next one, and the slots to
     give back now.
@@ -248,7 +247,7 @@ class Sender:
         self._due_not_claimed += 1
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
-    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[SlotGrant]:
+    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[queries.SlotGrant]:
         """Reserve up to `limit` slots for each of `senders`, giving back the unused ones of the last grant first;
         the grants, for the claim. (A failed claim leaves its grants unused: lost capacity, never a rate violation.)"""
         everyone = sorted(set(senders) | set(self._unused))
