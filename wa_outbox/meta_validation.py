@@ -3,9 +3,10 @@ the simulator (wa_outbox/simulator/core.py) and the opt-in enqueue check (wa_out
 enqueue path never imports the simulator.
 
 The body is checked against Meta's own schema (wa_outbox/simulator/openapi/message-schema.json, extracted and patched
-by openapi/extract.py beside it: data the package ships, read here, not imported). Instead of the schema's eleven-way `oneOf`, which makes jsonschema report "is not valid under
-any of the given schemas", the body is dispatched on `type` as the spec's discriminator says and checked against that
-one branch: faster, and the error names the field that is wrong, as Meta's `error_data.details` does.
+by openapi/extract.py beside it: data the package ships, read here, not imported). Instead of the schema's eleven-way
+`oneOf`, which makes jsonschema report "is not valid under any of the given schemas", the body is dispatched on `type`
+as the spec's discriminator says and checked against that one branch: faster, and the error names the field that is
+wrong, as Meta's `error_data.details` does.
 
 Two rules of Meta's message reference are not JSON Schema: at most 10 rows in a list message across all its
 sections (a refusal, #100), and media Meta cannot fetch (a link to a host no server outside the sender's network

@@ -153,7 +153,8 @@ def requeue(engine: sa.Engine, *, ids: list[int], all: bool, code: int | None, r
 
 def purge_dead(conn: psycopg.Connection[Any], *, ids: list[int], all: bool, older_than_days: int) -> int:
     """How many dead messages were deleted. Run it where wa_outbox.allow_prune is on (outbox.purge_dead)."""
-    found = conn.execute(db.query("purge_dead"), {"ids": ids, "all": all, "older_than_days": older_than_days}).fetchone()
+    found = conn.execute(db.query("purge_dead"),
+                         {"ids": ids, "all": all, "older_than_days": older_than_days}).fetchone()
     assert found is not None  # a count always returns one row
     return found[0]
 
