@@ -13,6 +13,7 @@ JSON. https://developers.facebook.com/docs/whatsapp/cloud-api/guides/send-messag
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import hashlib
 import io
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterable
 import psycopg
 import sqlalchemy as sa
 
-from . import db
+from . import queries
 from .messages import (InvalidMessage, check_request, message_problem, message_text, normalize_recipient,
                        size_problem, validate_phone_number_id)
 
@@ -362,11 +363,11 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
         return Imported(None, None, 0, 0)
     progress_lock = threading.Lock()
 
-    def write(chunk: list[dict[str, Any]]) -> dict[str, Any]:
+    def write(chunk: list[dict[str, Any]]) -> queries.CampaignChunk:
         try:
-            row = db.fetch(engine, "enqueue_campaign", {
-                "name": name, "phone_number_id": phone_number_id, "default_sender": default_sender,
-                "items": "[" + ",".join(i if isinstance(i, str) else _item_text(i) for i in chunk) + "]"})[0]
+            row = queries.enqueue_campaign(
+                engine, name=name, phone_number_id=phone_number_id, default_sender=default_sender,
+                items="[" + ",".join(i if isinstance(i, str) else _item_text(i) for i in chunk) + "]")
         except psycopg.errors.ObjectNotInPrerequisiteState as exc:
             raise CampaignConflict(exc.diag.message_primary) from None
         except psycopg.errors.DataError as exc:
@@ -381,31 +382,35 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
         with ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="import") as pool:
             rows += list(pool.map(write, chunks[1:]))
     last = rows[-1]
-    return Imported(last["campaign_id"], last["campaign_status"], sum(r["inserted"] for r in rows),
-                    sum(r["present"] for r in rows))
+    return Imported(last.campaign_id, last.campaign_status, sum(r.inserted for r in rows),
+                    sum(r.present for r in rows))
 
 
-def steer(engine: sa.Engine, name: str, action: str, *, actor: str, reason: str | None = None) -> dict[str, Any]:
-    """Pause, resume or cancel campaign `name`: {"campaign_id", "name", "status", "previous_status", "moved"}."""
+def steer(engine: sa.Engine, name: str, action: str, *, actor: str,
+          reason: str | None = None) -> queries.CampaignSteered:
+    """Pause (`reason` by default: paused by `actor`), resume or cancel campaign `name`."""
+    if action == "pause" and not reason:
+        reason = f"paused by {actor}"
     try:
-        return db.fetch(engine, "steer_campaign", {"name": name, "action": action, "actor": actor,
-                                                   "reason": reason})[0]
+        return queries.steer_campaign(engine, name=name, action=action, actor=actor, reason=reason)
     except psycopg.errors.NoDataFound:
         raise CampaignNotFound(f"no campaign {name!r}") from None
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
         raise CampaignConflict(exc.diag.message_primary) from None
 
 
+# wa_outbox/cli.py's dict-returning forms, until it calls `steer` (issue 16: then delete them).
+
 def pause(engine: sa.Engine, name: str, *, actor: str, reason: str | None = None) -> dict[str, Any]:
-    return steer(engine, name, "pause", actor=actor, reason=reason or f"paused by {actor}")
+    return dataclasses.asdict(steer(engine, name, "pause", actor=actor, reason=reason))
 
 
 def resume(engine: sa.Engine, name: str, *, actor: str) -> dict[str, Any]:
-    return steer(engine, name, "resume", actor=actor)
+    return dataclasses.asdict(steer(engine, name, "resume", actor=actor))
 
 
 def cancel(engine: sa.Engine, name: str, *, actor: str) -> dict[str, Any]:
-    return steer(engine, name, "cancel", actor=actor)
+    return dataclasses.asdict(steer(engine, name, "cancel", actor=actor))
 
 
 # --- reading ---------------------------------------------------------------------------------------------------------
@@ -414,7 +419,7 @@ def summaries(engine: sa.Engine, name: str | None = None, *, default_mps: float)
     """Campaigns (all, or the one named) with counts by status; for one, its rate and expected end."""
     now = datetime.datetime.now(datetime.timezone.utc)
     return [summary(row, default_mps=default_mps, now=now)
-            for row in db.fetch(engine, "campaign_summaries", {"name": name})]
+            for row in queries.campaign_summaries(engine, name=name)]
 
 
 def get(engine: sa.Engine, name: str, *, default_mps: float) -> dict[str, Any]:
@@ -424,23 +429,24 @@ def get(engine: sa.Engine, name: str, *, default_mps: float) -> dict[str, Any]:
     return found[0]
 
 
-def summary(row: dict[str, Any], *, default_mps: float, now: datetime.datetime) -> dict[str, Any]:
-    """A campaign as shown to people and the API. Pure. The expected end is the earliest the sender's rate allows for
-    what is still waiting (it shares that rate with transactional messages, which go first)."""
-    counts = {k: int(v) for k, v in (row["counts"] or {}).items()}
+def summary(row: queries.CampaignRow, *, default_mps: float, now: datetime.datetime) -> dict[str, Any]:
+    """A campaign as shown to people and the API (the JSON object GET /v1/campaigns gives). Pure. The expected end is
+    the earliest the sender's rate allows for what is still waiting (it shares that rate with transactional
+    messages, which go first)."""
+    counts = {k: int(v) for k, v in (row.counts or {}).items()}
     waiting = counts.get("queued", 0) + counts.get("sending", 0)
-    mps = float(row["sender_mps"] if row["sender_mps"] is not None else default_mps)
+    mps = float(row.sender_mps if row.sender_mps is not None else default_mps)
     expected_end = None
-    if row["status"] == "active" and mps > 0:
+    if row.status == "active" and mps > 0:
         expected_end = now + datetime.timedelta(seconds=waiting / mps)
     return {
-        "id": row["id"], "name": row["name"], "status": row["status"], "pause_reason": row["pause_reason"],
-        "phone_number_id": row["phone_number_id"], "total": int(row["total"]), "counts": counts,
+        "id": row.id, "name": row.name, "status": row.status, "pause_reason": row.pause_reason,
+        "phone_number_id": row.phone_number_id, "total": int(row.total), "counts": counts,
         "waiting": waiting, "rate_mps": mps,
-        "sent_per_second_last_minute": (None if row["sent_last_minute"] is None
-                                        else round(row["sent_last_minute"] / 60.0, 2)),
-        "started_at": row["started_at"], "expected_end_at": expected_end,
-        "created_at": row["created_at"], "updated_at": row["updated_at"],
+        "sent_per_second_last_minute": (None if row.sent_last_minute is None
+                                        else round(row.sent_last_minute / 60.0, 2)),
+        "started_at": row.started_at, "expected_end_at": expected_end,
+        "created_at": row.created_at, "updated_at": row.updated_at,
     }
 
 

@@ -329,7 +329,7 @@ class Settings:
             inbound_handlers=_parse(env, "WA_OUTBOX_INBOUND_HANDLERS", (), _handlers,
                                     "comma-separated dotted paths such as myapp.whatsapp:on_event"),
             dry_run=_parse(env, "WA_OUTBOX_DRY_RUN", False, _bool, "true or false"),
-            validate=_validate_mode(env),
+            validate=validate_mode(env),
             metrics_token=_parse(env, "WA_OUTBOX_METRICS_TOKEN", None, _token, "a token of at least 16 characters",
                                  shown=_secret),
             # Heroku's router, on a dyno (it sets DYNO): the X-Forwarded-For entry it appends is the client's.
@@ -373,10 +373,23 @@ class Settings:
         return self
 
 
-def _validate_mode(env: Mapping[str, str]) -> str:
-    """WA_OUTBOX_VALIDATE, checked at start-up (`meta` needs jsonschema): enqueue reads the same variable."""
-    from .meta_schema import mode
-    return mode(env)
+VALIDATE_ENV = "WA_OUTBOX_VALIDATE"
+VALIDATE_MODES = ("off", "meta")
+
+
+def validate_mode(env: Mapping[str, str]) -> str:
+    """WA_OUTBOX_VALIDATE: `off` or `meta`, checked at start-up (`meta` needs jsonschema); enqueue reads the same
+    variable through meta_schema.mode(). The checker module is imported, never meta_schema (which imports this)."""
+    raw = env.get(VALIDATE_ENV, "").strip().lower() or "off"
+    if raw not in VALIDATE_MODES:
+        raise ConfigError(f"{VALIDATE_ENV}={raw!r} is not valid: expected off or meta")
+    if raw == "meta":
+        try:
+            from .meta_validation import RequestChecker  # noqa: F401 - only whether jsonschema imports
+        except ImportError as exc:
+            raise ConfigError(f"{VALIDATE_ENV}=meta needs the jsonschema package ({exc.name} is not installed): "
+                              "pip install 'wa-outbox[simulator]', or set WA_OUTBOX_VALIDATE=off") from None
+    return raw
 
 
 def _token(raw: str) -> str:

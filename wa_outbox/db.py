@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, dict_row
 
 from .config import ConfigError, Settings
 
@@ -48,34 +48,38 @@ def safe_to_repeat(name: str) -> bool:
 Row = dict[str, Any]
 
 
-def fetch(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+def fetch(engine: sa.Engine, name: str, params: dict[str, Any] | None = None, *,
+          row_factory: RowFactory[Any] = dict_row) -> list[Any]:
     """Run named query `name` as one autocommit statement on a pooled raw psycopg connection; return its rows, each
-    a dict by column name. `engine` must be an autocommit engine. The hot paths use this: one round trip, no ORM.
+    a dict by column name (or what `row_factory` makes of it: wa_outbox/queries.py passes class_row). `engine` must be
+    an autocommit engine. The hot paths use this: one round trip, no ORM.
 
     If the database dropped the connection (restart, failover), the idle pool is emptied; the statement is tried once
     more on a new connection only when its SQL file declares it safe to repeat (`safe_to_repeat`)."""
-    return _with_reconnect(engine, name, params)[0]
+    return _with_reconnect(engine, name, params, row_factory)[0]
 
 
 def execute(engine: sa.Engine, name: str, params: dict[str, Any] | None = None) -> int:
     """Run named query `name` (as `fetch` does) for its effect; return the row count."""
-    return _with_reconnect(engine, name, params)[1]
+    return _with_reconnect(engine, name, params, dict_row)[1]
 
 
-def _with_reconnect(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[Row], int]:
+def _with_reconnect(engine: sa.Engine, name: str, params: dict[str, Any] | None,
+                    row_factory: RowFactory[Any]) -> tuple[list[Any], int]:
     try:
-        return _run_once(engine, name, params)
+        return _run_once(engine, name, params, row_factory)
     except psycopg.OperationalError:
         engine.pool.dispose()
         if not safe_to_repeat(name):
             raise
-        return _run_once(engine, name, params)
+        return _run_once(engine, name, params, row_factory)
 
 
-def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None) -> tuple[list[Row], int]:
+def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None,
+              row_factory: RowFactory[Any]) -> tuple[list[Any], int]:
     conn = engine.raw_connection()
     try:
-        with conn.driver_connection.cursor(row_factory=dict_row) as cursor:
+        with conn.driver_connection.cursor(row_factory=row_factory) as cursor:
             cursor.execute(query(name), params)
             rows = cursor.fetchall() if cursor.description else []
             return rows, cursor.rowcount

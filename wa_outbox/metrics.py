@@ -19,12 +19,15 @@ import enum
 import http
 import json
 import threading
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from .states import MessageStatus, WebhookEventKind
+
+if TYPE_CHECKING:
+    from .queries import MetricTotal, QueueCount
 
 
 # --- label words: each label's values in one place, so every known series can be shown at 0 before first use ---------
@@ -189,11 +192,11 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def worker_families(totals: Iterable[dict]) -> Iterator[Metric]:
+def worker_families(totals: Iterable[MetricTotal]) -> Iterator[Metric]:
     """The workers' metric families from rows (metric, labels (dict), value): the sums over all workers."""
     by_metric: dict[str, list[tuple[dict, float]]] = {}
     for row in totals:
-        by_metric.setdefault(row["metric"], []).append((row["labels"], float(row["value"])))
+        by_metric.setdefault(row.metric, []).append((row.labels, float(row.value)))
     for name, (help_text, label_names, shown) in WORKER_COUNTERS.items():
         family = CounterMetricFamily(name, help_text, labels=label_names)
         seen = set()
@@ -213,7 +216,8 @@ def worker_families(totals: Iterable[dict]) -> Iterator[Metric]:
     yield histogram
 
 
-def database_families(queue_rows: list[dict] | None, worker_rows: list[dict] | None) -> Iterator[Metric]:
+def database_families(queue_rows: list[QueueCount] | None,
+                      worker_rows: list[MetricTotal] | None) -> Iterator[Metric]:
     """What /metrics reads from Postgres at scrape time. None for both: the database did not answer — then only
     `wa_outbox_database_up 0` (and the workers' families, empty), never stale numbers."""
     up = GaugeMetricFamily("wa_outbox_database_up", "1 when the web process's database answered this scrape, else 0")
@@ -229,7 +233,7 @@ def database_families(queue_rows: list[dict] | None, worker_rows: list[dict] | N
     paused = GaugeMetricFamily("wa_outbox_senders_paused",
                                "Sender numbers paused by throttling or errors that need a human")
     if queue_rows is not None:
-        seen = {(r["queue"], r["status"]): (r["rows"], r["age"]) for r in queue_rows}
+        seen = {(r.queue, r.status): (r.rows, r.age) for r in queue_rows}
         for queue, statuses in _QUEUE_STATUSES.items():
             for status in statuses:
                 n, age = seen.get((queue, status), (0, 0))

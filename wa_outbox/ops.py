@@ -1,53 +1,50 @@
-"""What the /ops page reads and does: thin calls to named queries (wa_outbox/sql/ops_*.sql, each served by an index)
-and the pure arithmetic behind its charts. The views in wa_outbox/web/ops_views.py only render these."""
+"""What the /ops page reads and does: its reads (wa_outbox/sql/ops_*.sql through wa_outbox/queries.py, each served by
+an index) with the page's limits, its dead-letter group actions, and the pure arithmetic behind its charts. The views
+in wa_outbox/web/ops_views.py only render these. Single messages are wa_outbox/outbox.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import sqlalchemy as sa
 
-from . import db, outbox
+from . import outbox, queries
 from .messages import InvalidMessage, normalize_recipient
+from .queries import WORKER_ALIVE_SECONDS  # noqa: F401 - the page's rule for `alive` (queries.WorkerRow.alive)
 
 MAX_ID = 2 ** 63 - 1  # ids are bigint
 MAX_QUERY_CHARS = 512  # longer than any id, phone number, correlation id (255) or wamid
 GROUP_BATCH = 1000  # ids per statement when a whole dead-letter group is retried or purged
-WORKER_ALIVE_SECONDS = 30  # as wa_outbox_workers_alive counts them (queue_metrics.sql)
 DEPTH_CAP = 10_000  # the page's queue counts stop here: a backlog's order of magnitude is what it needs
 
 
 # --- reads ------------------------------------------------------------------------------------------------------
 
-def queue_depth(engine: sa.Engine, *, cap: int = DEPTH_CAP) -> list[dict[str, Any]]:
+def queue_depth(engine: sa.Engine, *, cap: int = DEPTH_CAP) -> list[queries.QueueDepth]:
     """Rows per live state, counted up to `cap` (`capped` then says there are more), and the oldest one's age."""
-    return db.fetch(engine, "ops_queue_depth", {"cap": cap})
+    return queries.ops_queue_depth(engine, cap=cap)
 
 
-def throughput(engine: sa.Engine) -> list[dict[str, Any]]:
+def throughput(engine: sa.Engine) -> list[queries.MinuteFlows]:
     """Sixty rows, one per minute of the last hour, oldest first: entered, sent, failed, dead, cancelled."""
-    return db.fetch(engine, "ops_throughput")
+    return queries.ops_throughput(engine)
 
 
-def workers(engine: sa.Engine) -> list[dict[str, Any]]:
-    rows = db.fetch(engine, "ops_workers")
-    for row in rows:
-        row["alive"] = row["heartbeat_age_seconds"] is not None and \
-            float(row["heartbeat_age_seconds"]) < WORKER_ALIVE_SECONDS
-    return rows
+def workers(engine: sa.Engine) -> list[queries.WorkerRow]:
+    return queries.ops_workers(engine)
 
 
-def senders(engine: sa.Engine) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ops_senders")
+def senders(engine: sa.Engine) -> list[queries.SenderRow]:
+    return queries.ops_senders(engine)
 
 
-def dead_groups(engine: sa.Engine, *, groups: int = 50, samples: int = 5) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ops_dead_groups", {"groups": groups, "samples": samples})
+def dead_groups(engine: sa.Engine, *, groups: int = 50, samples: int = 5) -> list[queries.DeadGroup]:
+    return queries.ops_dead_groups(engine, groups=groups, samples=samples)
 
 
-def campaigns(engine: sa.Engine, *, limit: int = 20) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ops_campaigns", {"limit": limit})
+def campaigns(engine: sa.Engine, *, limit: int = 20) -> list[queries.CampaignOnPage]:
+    return queries.ops_campaigns(engine, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -75,9 +72,8 @@ def search_terms(q: str) -> SearchTerms:
     return SearchTerms(id=message_id, recipient=recipient, term=term)
 
 
-def search(engine: sa.Engine, terms: SearchTerms, *, limit: int = 50) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ops_search", {"id": terms.id, "recipient": terms.recipient, "term": terms.term,
-                                           "limit": limit})
+def search(engine: sa.Engine, terms: SearchTerms, *, limit: int = 50) -> list[queries.SearchHit]:
+    return queries.ops_search(engine, id=terms.id, recipient=terms.recipient, term=terms.term, limit=limit)
 
 
 # --- actions ------------------------------------------------------------------------------------------------------
@@ -85,8 +81,8 @@ def search(engine: sa.Engine, terms: SearchTerms, *, limit: int = 50) -> list[di
 def _dead_group_batches(engine: sa.Engine, code: str, up_to_id: int) -> Iterable[list[int]]:
     before_id = None
     while True:
-        ids = [row["id"] for row in db.fetch(engine, "ops_dead_group_ids", {
-            "code": code, "up_to_id": up_to_id, "before_id": before_id, "limit": GROUP_BATCH})]
+        ids = queries.ops_dead_group_ids(engine, code=code, up_to_id=up_to_id, before_id=before_id,
+                                         limit=GROUP_BATCH)
         if not ids:
             return
         yield ids
@@ -107,7 +103,7 @@ def purge_dead_group(engine: sa.Engine, *, code: str, up_to_id: int) -> int:
 
 # --- charts (pure) ---------------------------------------------------------------------------------------------------
 
-def depth_series(current_depth: int, minutes: Sequence[dict[str, Any]]) -> list[int]:
+def depth_series(current_depth: int, minutes: Sequence[queries.MinuteFlows]) -> list[int]:
     """The waiting queue's depth at the end of each minute, worked back from its depth now and each minute's flows
     (entered: queued, requeued; left: sent, dead, cancelled): depth at the end of minute i is the depth now minus what
     entered, plus what left, after it. An estimate (a resend after `unknown` enters without a `queued` event), so
@@ -117,7 +113,7 @@ def depth_series(current_depth: int, minutes: Sequence[dict[str, Any]]) -> list[
     for i in range(len(minutes) - 1, -1, -1):
         depths[i] = max(0, depth)
         minute = minutes[i]
-        depth -= minute["entered"] - (minute["sent"] + minute["dead"] + minute["cancelled"])
+        depth -= minute.entered - (minute.sent + minute.dead + minute.cancelled)
     return depths
 
 

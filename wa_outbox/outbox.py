@@ -1,5 +1,7 @@
-"""Operations on the outbox for people and the API: look a message up, the dead-letter queue, rate limits, pruning.
-A thin layer over named queries (wa_outbox/sql/), shared by the HTTP API and the CLI."""
+"""Operations on messages for people and the API, each with a rule beyond its query: accept one message from a
+request (validated, with a generated idempotency key), look one up by any term, requeue, cancel, purge and prune
+dead or finished ones. The queries are wa_outbox/queries.py's; the /ops page's reads are wa_outbox/ops.py's, the
+campaigns' wa_outbox/campaigns.py's."""
 
 from __future__ import annotations
 
@@ -12,19 +14,20 @@ from typing import Any, Callable
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import dict_row
 
-from . import db, states
+from . import queries, states
 from .messages import InvalidMessage, check_request, normalize_recipient, validate_ordered
 
 AUTO_KEY_PREFIX = "auto:"
 
 
-def enqueue(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = None, correlation_id: Any = None,
-            phone_number_id: Any = None, key_name: str = "idempotency_key", ordered: Any = True
-            ) -> tuple[int, str, bool]:
-    """Validate and queue one message (the API's and the CLI's enqueue): (id, status, created), in one autocommit
-    statement. `engine` must be an autocommit engine. Raises InvalidMessage before touching the database.
+def accept_message(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = None,
+                   correlation_id: Any = None, phone_number_id: Any = None, key_name: str = "idempotency_key",
+                   ordered: Any = True) -> queries.Enqueued:
+    """Validate and queue one message a request brought (POST /v1/messages, `wa-outbox send`), in one autocommit
+    statement of its own (wa_outbox.enqueue() is the one inside an app's transaction): its id, status and whether
+    this request created it. `engine` must be an autocommit engine. Raises InvalidMessage before touching the
+    database.
 
     A request without an idempotency key gets a generated one (`auto:<uuid4>`), so the statement is safe to repeat
     after a lost COMMIT reply: the retry finds the row the first attempt made instead of queuing a second one."""
@@ -32,52 +35,35 @@ def enqueue(engine: sa.Engine, *, to: Any, message: Any, idempotency_key: Any = 
                             phone_number_id=phone_number_id, key_name=key_name)
     in_order = validate_ordered(ordered)
     key = checked.idempotency_key or f"{AUTO_KEY_PREFIX}{uuid.uuid4()}"
-    row = db.fetch(engine, "enqueue_one", {
-        "to": checked.recipient, "message": json.dumps(message, separators=(",", ":")), "idempotency_key": key,
-        "correlation_id": checked.correlation_id, "phone_number_id": checked.phone_number_id,
-        "ordered": in_order})[0]
+    row = queries.enqueue_one(
+        engine, to=checked.recipient, message=json.dumps(message, separators=(",", ":")), idempotency_key=key,
+        correlation_id=checked.correlation_id, phone_number_id=checked.phone_number_id, ordered=in_order)
     # A generated key is this request's own: a row found by it was created by this request's first attempt.
-    return row["id"], row["status"], row["created"] or checked.idempotency_key is None
+    return row if row.created or checked.idempotency_key is not None else dataclasses.replace(row, created=True)
 
 
-def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:
-    rows = db.fetch(engine, "get_notification", {"id": notification_id})
-    return rows[0] if rows else None
-
-
-def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
+def find_messages(engine: sa.Engine, term: str, limit: int = 20) -> list[queries.NotificationSummary]:
     """Messages to a phone number, or with a correlation id."""
     try:
         recipient = normalize_recipient(term)
     except InvalidMessage:
         recipient = None
-    return db.fetch(engine, "find_notifications", {"recipient": recipient, "correlation_id": term, "limit": limit})
-
-
-def list_dead(engine: sa.Engine, *, limit: int = 50, before_id: int | None = None,
-              code: int | None = None) -> list[dict[str, Any]]:
-    return db.fetch(engine, "list_dead", {"limit": limit, "before_id": before_id, "code": code})
+    return queries.find_notifications(engine, recipient=recipient, correlation_id=term, limit=limit)
 
 
 def requeue(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, code: int | None = None,
             recipient: str | None = None, actor: str) -> list[int]:
-    rows = db.fetch(engine, "requeue", {"ids": list(ids), "all": all_dead, "code": code, "recipient": recipient,
-                                        "actor": actor})
-    return [row["id"] for row in rows]
+    return queries.requeue(engine, ids=list(ids), all=all_dead, code=code, recipient=recipient, actor=actor)
 
 
-def _with_prune_allowed(engine: sa.Engine, name: str, params: dict) -> tuple:
-    """Run a deleting query in a transaction that opens the append-only timeline's door for itself only."""
+def purge_dead(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, older_than_days: int = 0) -> int:
+    """Delete dead messages with their timelines, in a transaction that opens the append-only timeline's door for
+    itself only."""
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         with raw.transaction():
             raw.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
-            return raw.execute(db.query(name), params).fetchone()
-
-
-def purge_dead(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, older_than_days: int = 0) -> int:
-    return _with_prune_allowed(engine, "purge_dead", {"ids": list(ids), "all": all_dead,
-                                                      "older_than_days": older_than_days})[0]
+            return queries.purge_dead(raw, ids=list(ids), all=all_dead, older_than_days=older_than_days)
 
 
 MIN_DEDUP_KEY_DAYS = 8  # Meta redelivers a webhook for up to 7 days: a dedup key must outlive that
@@ -118,32 +104,38 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
     started = time.monotonic()
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
-        with raw.cursor(row_factory=dict_row) as cursor:
-            cutoffs = cursor.execute(db.query("prune_cutoffs"), {
-                "days": days, "dead_days": dead_days, "min_key_days": MIN_DEDUP_KEY_DAYS}).fetchone()
-            message_params = {"statuses": [str(s) for s in states.PRUNABLE_STATUSES], "before": cutoffs["before"],
-                              "dead_before": cutoffs["dead_before"]}
-            webhook_params = {"before": cutoffs["keys_before"], "dead_before": cutoffs["dead_keys_before"]}
+        cutoffs = queries.prune_cutoffs(raw, days=days, dead_days=dead_days, min_key_days=MIN_DEDUP_KEY_DAYS)
+        statuses = [str(s) for s in states.PRUNABLE_STATUSES]
 
-            def on_batch(row: dict[str, Any], seconds: float, fraction: float) -> None:
-                result.messages += row.get("messages", 0)
-                result.events += row.get("events", 0)
-                result.webhook_events += row.get("webhook_events", 0)
-                result.batches += 1
-                result.longest_batch_seconds = max(result.longest_batch_seconds, seconds)
-                result.seconds, result.fraction = time.monotonic() - started, fraction
-                if progress:
-                    progress(result)
+        def on_batch(row: queries.PrunedMessages | queries.PrunedWebhooks, seconds: float, fraction: float) -> None:
+            if isinstance(row, queries.PrunedMessages):
+                result.messages += row.messages
+                result.events += row.events
+            else:
+                result.webhook_events += row.webhook_events
+            result.batches += 1
+            result.longest_batch_seconds = max(result.longest_batch_seconds, seconds)
+            result.seconds, result.fraction = time.monotonic() - started, fraction
+            if progress:
+                progress(result)
 
-            result.phase = "messages"
-            _prune_walk(cursor, "messages", _latest(cutoffs["before"], cutoffs["dead_before"]), message_params,
-                        batch_size, on_batch)
-            result.phase, result.fraction = "webhook_events", 0.0
-            _prune_walk(cursor, "webhooks", _latest(cutoffs["keys_before"], cutoffs["dead_keys_before"]),
-                        webhook_params, batch_size, on_batch)
-            result.phase, result.fraction = "ops_sessions", 0.0
-            with cursor.connection.transaction():
-                result.ops_sessions = cursor.execute(db.query("prune_ops_sessions")).fetchone()["ops_sessions"]
+        def messages_batch(after: int, until: int) -> queries.PrunedMessages:
+            return queries.prune_messages_batch(raw, after=after, until=until, limit=batch_size, statuses=statuses,
+                                                before=cutoffs.before, dead_before=cutoffs.dead_before)
+
+        def webhooks_batch(after: int, until: int) -> queries.PrunedWebhooks:
+            return queries.prune_webhooks_batch(raw, after=after, until=until, limit=batch_size,
+                                                before=cutoffs.keys_before, dead_before=cutoffs.dead_keys_before)
+
+        result.phase = "messages"
+        _prune_walk(raw, lambda at: queries.prune_messages_probe(raw, id=at), messages_batch,
+                    _latest(cutoffs.before, cutoffs.dead_before), batch_size, on_batch)
+        result.phase, result.fraction = "webhook_events", 0.0
+        _prune_walk(raw, lambda at: queries.prune_webhooks_probe(raw, id=at), webhooks_batch,
+                    _latest(cutoffs.keys_before, cutoffs.dead_keys_before), batch_size, on_batch)
+        result.phase, result.fraction = "ops_sessions", 0.0
+        with raw.transaction():
+            result.ops_sessions = queries.prune_ops_sessions(raw)
     result.seconds = time.monotonic() - started
     return result
 
@@ -152,63 +144,74 @@ def _latest(*times: datetime | None) -> datetime:
     return max(t for t in times if t is not None)
 
 
-def _prune_walk(cursor: psycopg.Cursor[dict[str, Any]], table: str, cutoff: datetime, params: dict[str, Any],
-                batch_size: int, on_batch: Callable[[dict[str, Any], float, float], None]) -> None:
-    """Delete `table`'s prunable rows batch by batch along the primary key, up to the last id created before
-    `cutoff` (prune_<table>_probe.sql bisected; later rows cannot be old enough)."""
-    def probe(at: int) -> dict[str, Any]:
-        row = cursor.execute(db.query(f"prune_{table}_probe"), {"id": at}).fetchone()
-        assert row is not None  # the query always returns one row
-        return row
+_Batch = queries.PrunedMessages | queries.PrunedWebhooks
 
+
+def _prune_walk(conn: psycopg.Connection[Any], probe: Callable[[int], queries.PruneProbe],
+                batch: Callable[[int, int], _Batch], cutoff: datetime, batch_size: int,
+                on_batch: Callable[[_Batch, float, float], None]) -> None:
+    """Delete a table's prunable rows batch by batch along the primary key, up to the last id created before
+    `cutoff` (`probe`, prune_<table>_probe.sql, bisected; later rows cannot be old enough)."""
     first = probe(0)
-    if first["id"] is None or first["created_at"] >= cutoff:
+    if first.id is None or first.created_at >= cutoff:
         return
-    low, high = first["id"], first["last_id"] + 1  # probe(low) is old; every id >= high is new (or absent)
+    low, high = first.id, first.last_id + 1  # probe(low) is old; every id >= high is new (or absent)
     while high - low > 1:
         middle = (low + high) // 2
         found = probe(middle)
-        if found["id"] is None or found["created_at"] >= cutoff:
+        if found.id is None or found.created_at >= cutoff:
             high = middle
         else:
-            low = found["id"] if found["id"] < high else middle
-    after, until_end, window = first["id"] - 1, low, batch_size * PRUNE_WINDOW
+            low = found.id if found.id < high else middle
+    after, until_end, window = first.id - 1, low, batch_size * PRUNE_WINDOW
     span = until_end - after
     while after < until_end:
         until = min(until_end, after + window)
         batch_started = time.monotonic()
-        with cursor.connection.transaction():
-            cursor.execute("SET LOCAL wa_outbox.allow_prune = 'on'")  # the timeline's door, for this batch only
-            row = cursor.execute(db.query(f"prune_{table}_batch"),
-                                 {**params, "after": after, "until": until, "limit": batch_size}).fetchone()
-        assert row is not None  # the query always returns one row
-        after = row["next_after"]
-        on_batch(row, time.monotonic() - batch_started, min(1.0, (after - first["id"] + 1) / span))
-
-
-def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:
-    return db.fetch(engine, "ratelimit_show")
-
-
-def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
-                  resume: bool) -> dict[str, Any]:
-    """Set a sender's rate. `burst` None: the default pacing, never more than `mps` in any one-second window; a
-    number: a classic token bucket of that size (a one-second window may then hold up to burst + mps)."""
-    return db.fetch(engine, "ratelimit_set", {"phone_number_id": phone_number_id, "mps": mps,
-                                              "burst": burst, "resume": resume})[0]
-
-
-def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any]:
-    """Lift a sender's pause now, and make the messages the pause deferred due now. Returns phone_number_id,
-    was_paused_until (None: it was not paused), pause_reason and moved (how many messages became due); a sender
-    without a bucket yet returns was_paused_until None and moved 0."""
-    rows = db.fetch(engine, "resume_sender", {"phone_number_id": phone_number_id})
-    return rows[0] if rows else {"phone_number_id": phone_number_id, "was_paused_until": None,
-                                 "pause_reason": None, "moved": 0}
+        with conn.transaction():
+            conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")  # the timeline's door, for this batch only
+            row = batch(after, until)
+        after = row.next_after
+        on_batch(row, time.monotonic() - batch_started, min(1.0, (after - first.id + 1) / span))
 
 
 def cancel(engine: sa.Engine, ids: list[int], *, actor: str) -> dict[int, tuple[str, bool]]:
     """Cancel `queued` messages (the timeline names `actor`: api, cli, …). Returns, for each id that exists, its
     status now and whether this call cancelled it; ids that match no message are absent."""
-    rows = db.fetch(engine, "cancel", {"ids": list(ids), "actor": actor})
-    return {row["id"]: (row["status"], row["cancelled"]) for row in rows}
+    return {row.id: (row.status, row.cancelled) for row in queries.cancel(engine, ids=list(ids), actor=actor)}
+
+
+# --- wa_outbox/cli.py's dict-returning forms, until it calls wa_outbox.queries (issue 16: then delete them) ---------
+
+def enqueue(engine: sa.Engine, **request: Any) -> tuple[int, str, bool]:
+    """accept_message as (id, status, created)."""
+    accepted = accept_message(engine, **request)
+    return accepted.id, accepted.status, accepted.created
+
+
+def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:
+    found = queries.get_notification(engine, id=notification_id)
+    return None if found is None else dataclasses.asdict(found)
+
+
+def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in find_messages(engine, term, limit)]
+
+
+def list_dead(engine: sa.Engine, *, limit: int = 50, before_id: int | None = None,
+              code: int | None = None) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in queries.list_dead(engine, limit=limit, before_id=before_id, code=code)]
+
+
+def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in queries.ratelimit_show(engine)]
+
+
+def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
+                  resume: bool) -> dict[str, Any]:
+    return dataclasses.asdict(queries.ratelimit_set(engine, phone_number_id=phone_number_id, mps=mps, burst=burst,
+                                                    resume=resume))
+
+
+def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any]:
+    return dataclasses.asdict(queries.resume_sender(engine, phone_number_id=phone_number_id))

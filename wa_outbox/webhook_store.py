@@ -27,7 +27,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
-from .db import fetch
+from . import queries
 from .states import WebhookEventStatus
 from .webhooks import WebhookEvent, unprocessable_event
 
@@ -174,11 +174,9 @@ class WebhookStore:
         events = Jsonb(b"[" + b",".join(p.rows for p in batch) + b"]", dumps=_as_is)
         bodies = {p.body_sha256: p.body for p in batch if p.body_sha256 is not None}
         if not bodies:  # the common path: the statement as it always was
-            result = fetch(self.engine, "insert_webhook_events", {"events": events})
-        else:
-            result = fetch(self.engine, "insert_webhook_events_with_bodies", {
-                "events": events, "digests": list(bodies), "bodies": list(bodies.values())})
-        return {row["dedup_key"] for row in result}
+            return queries.insert_webhook_events(self.engine, events=events)
+        return queries.insert_webhook_events_with_bodies(self.engine, events=events, digests=list(bodies),
+                                                         bodies=list(bodies.values()))
 
 
 def _as_is(data: bytes) -> bytes:

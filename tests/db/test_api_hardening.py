@@ -133,16 +133,16 @@ def test_a_lost_commit_reply_is_retried_onto_the_same_row(app, db, sender, monke
     real = dbmodule._run_once
     calls = []
 
-    def commit_then_lose_reply(engine, name, params):
+    def commit_then_lose_reply(engine, name, params, row_factory):
         calls.append(name)
-        result = real(engine, name, params)
+        result = real(engine, name, params, row_factory)
         if len(calls) == 1:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return result
 
     monkeypatch.setattr(dbmodule, "_run_once", commit_then_lose_reply)
-    nid, status, created = outbox.enqueue(engine_of(app), to=TO, message=TEXT)
-    assert calls == ["enqueue_one", "enqueue_one"] and created and status == "queued"
+    accepted = outbox.accept_message(engine_of(app), to=TO, message=TEXT)
+    assert calls == ["enqueue_one", "enqueue_one"] and accepted.created and accepted.status == "queued"
     assert rows(db) == (1, 1)
 
 

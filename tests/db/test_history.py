@@ -108,16 +108,16 @@ def test_the_ops_page_counts_a_backlog_up_to_a_cap_and_says_so(db, database_url)
     db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id <= 2")
     engine = wdb.create_engine(database_url, pool_size=1, isolation_level="AUTOCOMMIT")
     try:
-        exact = {r["status"]: r for r in ops.queue_depth(engine) if r["queue"] == "notifications"}
-        capped = {r["status"]: r for r in ops.queue_depth(engine, cap=2) if r["queue"] == "notifications"}
+        exact = {r.status: r for r in ops.queue_depth(engine) if r.queue == "notifications"}
+        capped = {r.status: r for r in ops.queue_depth(engine, cap=2) if r.queue == "notifications"}
     finally:
         engine.dispose()
-    assert (exact["queued"]["rows"], exact["queued"]["capped"]) == (3, False)
-    assert (exact["dead"]["rows"], exact["dead"]["capped"]) == (2, False)
-    assert (capped["queued"]["rows"], capped["queued"]["capped"]) == (2, True)
-    assert (capped["dead"]["rows"], capped["dead"]["capped"]) == (2, False)  # exactly at the cap is not more
-    assert capped["sending"]["rows"] == 0 and capped["sending"]["oldest_age_seconds"] is None
-    assert exact["queued"]["oldest_age_seconds"] >= 0
+    assert (exact["queued"].rows, exact["queued"].capped) == (3, False)
+    assert (exact["dead"].rows, exact["dead"].capped) == (2, False)
+    assert (capped["queued"].rows, capped["queued"].capped) == (2, True)
+    assert (capped["dead"].rows, capped["dead"].capped) == (2, False)  # exactly at the cap is not more
+    assert capped["sending"].rows == 0 and capped["sending"].oldest_age_seconds is None
+    assert exact["queued"].oldest_age_seconds >= 0
 
 
 def test_the_queue_and_the_dead_letters_are_counted_from_indexes_alone(db):

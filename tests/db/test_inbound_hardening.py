@@ -19,6 +19,7 @@ from tests.conftest import post_webhook
 from tests.live import SENDER, wait_for
 from wa_outbox import db as wdb
 from wa_outbox.enqueue import enqueue
+from wa_outbox.queries import WebhookEvent
 from wa_outbox.retry import RetryPolicy
 from wa_outbox.states import TimelineEvent
 from wa_outbox.worker import _inbound
@@ -68,16 +69,24 @@ def test_errors_are_a_list_of_objects_or_none():
         assert parse_errors(garbage) is None
 
 
+def stored_event(*, id: int, payload: dict, phone_number_id: str | None = SENDER, wamid: str | None = None,
+                 update_status: str | None = None) -> WebhookEvent:
+    """A claimed webhook event as claim_webhook_events.sql gives it."""
+    return WebhookEvent(id=id, kind="message", field="messages", phone_number_id=phone_number_id, wamid=wamid,
+                        update_status=update_status, payload=payload, attempts=1, max_attempts=None,
+                        correlation_id=None)
+
+
 def test_a_contact_survives_garbage_fields():
-    event = {"id": 1, "phone_number_id": SENDER, "payload": {"field": "messages", "value": {
+    event = stored_event(id=1, payload={"field": "messages", "value": {
         "contacts": [{"wa_id": "5511912345678", "profile": "not an object"}],
-        "messages": [{"from": "5511912345678", "id": "wamid.X", "timestamp": "99999999999999999999"}]}}}
+        "messages": [{"from": "5511912345678", "id": "wamid.X", "timestamp": "99999999999999999999"}]}})
     assert contact_of(event) == {"phone_number_id": SENDER, "wa_id": "5511912345678", "profile_name": None,
                                  "ts": None}
-    event["payload"]["value"]["contacts"] = [{"wa_id": "5511912345678", "profile": {"name": "Ana"}}]
+    event.payload["value"]["contacts"] = [{"wa_id": "5511912345678", "profile": {"name": "Ana"}}]
     assert contact_of(event)["profile_name"] == "Ana"
-    event["payload"]["value"]["contacts"] = "nope"
-    event["payload"]["value"]["messages"][0]["from"] = 5511912345678
+    event.payload["value"]["contacts"] = "nope"
+    event.payload["value"]["messages"][0]["from"] = 5511912345678
     assert contact_of(event)["wa_id"] is None and contact_of(event)["profile_name"] is None
 
 
@@ -94,8 +103,8 @@ item_fields = st.fixed_dictionaries({}, optional={
        update_status=st.none() | st.text())
 def test_parsing_never_raises_and_yields_what_postgres_accepts(item, value_extra, update_status):
     for list_name in ("statuses", "messages"):
-        event = {"id": 7, "wamid": "wamid.X", "update_status": update_status, "phone_number_id": SENDER,
-                 "payload": {"field": "messages", "value": {**value_extra, list_name: [item]}}}
+        event = stored_event(id=7, wamid="wamid.X", update_status=update_status,
+                             payload={"field": "messages", "value": {**value_extra, list_name: [item]}})
         entry, contact = status_entry(event), contact_of(event)
         json.dumps([entry, contact])
         assert entry["notification_id"] is None or 0 <= entry["notification_id"] < 2 ** 63
@@ -246,16 +255,14 @@ def test_a_batch_whose_worker_died_before_finishing_it_is_not_written_twice_on_t
     lease; applying them again must not repeat them on the timeline."""
     nid = message_in(db, "sent", "wamid.TWICE")
     post(client, envelope(statuses=[status("wamid.TWICE", "delivered"), status("wamid.TWICE", "read")]))
-    finish = _inbound.db.execute
+    finish = _inbound.queries.finish_webhook_events
 
-    def dies_before_finishing(engine_, name, *args, **kwargs):
-        if name == "finish_webhook_events":
-            raise KeyboardInterrupt("killed")  # stands for SIGKILL: nothing after the apply runs
-        return finish(engine_, name, *args, **kwargs)
-    monkeypatch.setattr(_inbound.db, "execute", dies_before_finishing)
+    def dies_before_finishing(engine_, **kwargs):
+        raise KeyboardInterrupt("killed")  # stands for SIGKILL: nothing after the apply runs
+    monkeypatch.setattr(_inbound.queries, "finish_webhook_events", dies_before_finishing)
     with pytest.raises(KeyboardInterrupt):
         processor(engine, lease_seconds=0.01).process_batch()
-    monkeypatch.setattr(_inbound.db, "execute", finish)
+    monkeypatch.setattr(_inbound.queries, "finish_webhook_events", finish)
     assert event_states(db) == {"processing": 2}
     wait_for(lambda: rescue(engine, "rescuer", FAST)[1] == 2, timeout=10, what="the expired lease rescued")
     assert processor(engine, "in-2").process_batch() == 2

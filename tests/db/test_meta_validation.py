@@ -1,5 +1,6 @@
 """WA_OUTBOX_VALIDATE=meta: /v1/messages, Python enqueue() and `wa-outbox send` refuse what Meta's schema refuses,
-naming the field, and write nothing; off (the default) queues it as before. The schema is the simulator's."""
+naming the field, and write nothing; off (the default) queues it as before. The schema is the simulator's, its
+checker in wa_outbox/meta_validation.py: the enqueue path never imports the simulator."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_meta_without_jsonschema_is_a_config_error_at_start_up(monkeypatch):
     """jsonschema is only in the `simulator` extra: `meta` must say so when the process starts."""
     meta_schema._checker.cache_clear()
     for name in [m for m in sys.modules if m == "jsonschema" or m.startswith("jsonschema.")
-                 or m == "wa_outbox.simulator.validation"]:
+                 or m in ("wa_outbox.meta_validation", "wa_outbox.simulator.validation")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema -> ImportError
     try:

@@ -3,13 +3,16 @@ the EXPLAIN of every query it runs (each one served by an index, so it stays fas
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import psycopg
 import pytest
 
 from tests.conftest import API_TOKEN
-from wa_outbox import db as wa_db, ops, outbox
+from wa_outbox import db as wa_db
+from wa_outbox import ops, outbox
+from wa_outbox.queries import MinuteFlows
 from wa_outbox.web.ops_views import session_key, token_matches
 
 SENDER = "100000000000001"
@@ -486,12 +489,15 @@ def test_search_terms_reads_ids_phone_numbers_and_text():
             ops.search_terms(bad)
 
 
+def _minute(entered: int, sent: int, dead: int, cancelled: int) -> MinuteFlows:
+    return MinuteFlows(minute=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc), entered=entered, sent=sent,
+                       failed=0, dead=dead, cancelled=cancelled)
+
+
 def test_depth_series_works_back_from_now():
-    minutes = [{"entered": 5, "sent": 0, "dead": 0, "cancelled": 0},
-               {"entered": 0, "sent": 3, "dead": 1, "cancelled": 0},
-               {"entered": 2, "sent": 0, "dead": 0, "cancelled": 1}]
+    minutes = [_minute(5, 0, 0, 0), _minute(0, 3, 1, 0), _minute(2, 0, 0, 1)]
     assert ops.depth_series(4, minutes) == [7, 3, 4]
-    assert ops.depth_series(0, [{"entered": 9, "sent": 0, "dead": 0, "cancelled": 0}] * 2) == [0, 0]
+    assert ops.depth_series(0, [_minute(9, 0, 0, 0)] * 2) == [0, 0]
 
 
 def test_bars_and_line_scale_to_the_largest_value():

@@ -15,6 +15,7 @@ from tests.live import SENDER, worker_settings
 from wa_outbox import db as wdb
 from wa_outbox.config import Settings
 from wa_outbox.enqueue import enqueue_many
+from wa_outbox.queries import SlotGrant
 from wa_outbox.worker._sender import SLOT_HORIZON, Sender, claim_pacing, next_reservations
 from wa_outbox.worker._transport import DryRunTransport
 
@@ -22,9 +23,8 @@ TEXT = {"type": "text", "text": {"body": "pedido confirmado"}}
 AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def grant(sender: str, granted: int) -> dict:
-    return {"phone_number_id": sender, "granted": granted, "slots_from": AT, "level": 1.0, "refill": 10.0,
-            "paused": False}
+def grant(sender: str, granted: int) -> SlotGrant:
+    return SlotGrant(phone_number_id=sender, granted=granted, slots_from=AT, level=1.0, refill=10.0, paused=False)
 
 
 # --- pure ----------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ enqueue_many() and POST /v1/messages get the same verdict and the same reason.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -220,8 +221,8 @@ def test_the_callers_tracker_is_stored_and_sent_after_the_outbox_id(app_engine, 
     row = Claimed(id=nid, phone_number_id="1", recipient="5511987654321", message=stored, attempts=1,
                   max_attempts=None, correlation_id=None)
     assert request_body(row)["biz_opaque_callback_data"] == f"{nid}:pywa-tracker"
-    longest = request_body(Claimed(**{**row.__dict__, "id": 2 ** 63 - 1,
-                                      "message": {**TEXT, "biz_opaque_callback_data": "t" * 492}}))
+    longest = request_body(dataclasses.replace(row, id=2 ** 63 - 1,
+                                               message={**TEXT, "biz_opaque_callback_data": "t" * 492}))
     assert len(longest["biz_opaque_callback_data"]) == 512
 
 

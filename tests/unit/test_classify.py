@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -98,7 +99,7 @@ def test_outcomes():
     retry = outcome(ROW, classify(graph_error(131000)), fixed, 1.0)
     assert (retry["status"], retry["event"], retry["refund"]) == ("queued", "retry_scheduled", False)
     assert 8 <= retry["delay"] <= 16
-    last = Claimed(**{**ROW.__dict__, "attempts": 5})
+    last = dataclasses.replace(ROW, attempts=5)
     exhausted = outcome(last, classify(graph_error(131000)), fixed, 1.0)
     assert exhausted["status"] == "dead" and "attempts exhausted" in exhausted["detail"]["reason"]
     throttled = outcome(last, classify(graph_error(130429)), fixed, 1.0)

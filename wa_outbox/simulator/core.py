@@ -27,7 +27,7 @@ from . import errors
 from .config import SimulatorConfig
 from .faults import FaultRule, FaultSet
 from .limits import ThroughputLimits
-from .validation import InvalidRequest, RequestChecker
+from ..meta_validation import InvalidRequest, RequestChecker
 from .webhooks import WebhookDispatcher, envelope, inbound_message, plan_statuses
 
 JSON = "application/json; charset=UTF-8"

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
 
-from .. import db, logs, metrics
+from .. import logs, metrics, queries
 from ..config import DEFAULT_WEB_POOL_SIZE, Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
@@ -150,10 +150,10 @@ class _Families:
         return iter(self.families)
 
 
-def _read_database(engine: sa.Engine) -> tuple[list[dict] | None, list[dict] | None]:
+def _read_database(engine: sa.Engine) -> tuple[list[queries.QueueCount] | None, list[queries.MetricTotal] | None]:
     """Queue state and the workers' summed metrics; (None, None) when the database does not answer."""
     try:
-        return db.fetch(engine, "queue_metrics"), db.fetch(engine, "worker_metrics_totals")
+        return queries.queue_metrics(engine), queries.worker_metrics_totals(engine)
     except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # /metrics still answers: wa_outbox_database_up 0
         logging.getLogger(__name__).warning("metrics: the database did not answer: %s",
                                             str(exc).strip().splitlines()[0] if str(exc).strip() else

@@ -16,7 +16,7 @@ import json
 
 from flask import Blueprint, current_app, g, jsonify, request
 
-from .. import logs, outbox
+from .. import logs, outbox, queries
 from . import auth_throttle
 from .errors import json_error
 
@@ -77,10 +77,11 @@ def create_message():
         return json_error(400, f"unknown field(s): {', '.join(unknown)}; expected {', '.join(sorted(_FIELDS))}")
     given_key = request.headers.get("Idempotency-Key")
     # Invalid input raises InvalidMessage (400) and a reused key UniqueViolation (409): errors.py maps them.
-    notification_id, status, created = outbox.enqueue(
+    accepted = outbox.accept_message(
         _engine(), to=data.get("to"), message=data.get("message"), idempotency_key=given_key,
         correlation_id=data["correlation_id"] if "correlation_id" in data else g.correlation_id,
         phone_number_id=data.get("phone_number_id"), key_name="Idempotency-Key", ordered=data.get("ordered"))
+    notification_id, status, created = accepted.id, accepted.status, accepted.created
     if created:
         logs.events.debug("message %s queued for +%s", notification_id, str(data.get("to")).lstrip("+").strip(),
                           extra={"notification_id": notification_id})
@@ -97,7 +98,7 @@ def _refuse_constant(name: str):
 
 @blueprint.get("/messages/<int:notification_id>")
 def get_message(notification_id: int):
-    found = outbox.get(_engine(), notification_id) if notification_id <= MAX_ID else None
+    found = queries.get_notification(_engine(), id=notification_id) if notification_id <= MAX_ID else None
     if found is None:
         return json_error(404, f"no message {notification_id}")
     return jsonify(found)
@@ -108,14 +109,14 @@ def find_messages():
     term = request.args.get("q", "").strip()
     if not term or "\x00" in term:
         return json_error(400, "give ?q=<phone number or correlation id> (text without NUL)")
-    return jsonify(messages=outbox.find(_engine(), term, limit=_int_arg("limit", 20, 1, 200)))
+    return jsonify(messages=outbox.find_messages(_engine(), term, limit=_int_arg("limit", 20, 1, 200)))
 
 
 @blueprint.get("/dead")
 def list_dead():
-    return jsonify(dead=outbox.list_dead(_engine(), limit=_int_arg("limit", 50, 1, 500),
-                                         before_id=_int_arg("before_id", None, 1, MAX_ID),
-                                         code=_int_arg("code", None, -MAX_CODE, MAX_CODE)))
+    return jsonify(dead=queries.list_dead(_engine(), limit=_int_arg("limit", 50, 1, 500),
+                                          before_id=_int_arg("before_id", None, 1, MAX_ID),
+                                          code=_int_arg("code", None, -MAX_CODE, MAX_CODE)))
 
 
 @blueprint.post("/messages/<int:notification_id>/retry")
@@ -125,10 +126,10 @@ def retry_message(notification_id: int):
     requeued = outbox.requeue(_engine(), ids=[notification_id], actor="api")
     if requeued:
         return jsonify(id=notification_id, status="queued")
-    found = outbox.get(_engine(), notification_id)
+    found = queries.get_notification(_engine(), id=notification_id)
     if found is None:
         return json_error(404, f"no message {notification_id}")
-    return json_error(409, f"message {notification_id} is {found['status']}: only dead or failed messages are "
+    return json_error(409, f"message {notification_id} is {found.status}: only dead or failed messages are "
                            "retried")
 
 

@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, jsonify
 import psycopg
 import sqlalchemy as sa
 
-from ..db import query
+from .. import queries
 
 blueprint = Blueprint("health", __name__)
 
@@ -20,12 +20,11 @@ def healthz():
 def readyz():
     from . import engine_of
     try:
-        with engine_of(current_app).connect() as conn:
-            version = conn.exec_driver_sql(query("schema_version")).scalar()
-    except sa.exc.ProgrammingError as exc:
-        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
-            return jsonify(status="unavailable", reason="schema not migrated: run `wa-outbox db upgrade`"), 503
-        raise
-    except sa.exc.SQLAlchemyError as exc:
+        version = queries.schema_version(engine_of(current_app))
+    except psycopg.errors.UndefinedTable:
+        return jsonify(status="unavailable", reason="schema not migrated: run `wa-outbox db upgrade`"), 503
+    except sa.exc.SQLAlchemyError as exc:  # connecting failed
         return jsonify(status="unavailable", reason=f"database: {type(exc.orig or exc).__name__}"), 503
+    except psycopg.Error as exc:
+        return jsonify(status="unavailable", reason=f"database: {type(exc).__name__}"), 503
     return jsonify(status="ready", schema_version=version)

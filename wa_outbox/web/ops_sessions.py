@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import queries
 
 LIFETIME_SECONDS = 12 * 3600  # from login, whatever the browser does
 
@@ -48,8 +48,10 @@ def _row_id(secret: str) -> bytes | None:
 def open_session(engine: sa.Engine, fingerprint: bytes, lifetime_seconds: int = LIFETIME_SECONDS) -> str:
     """A new session for the token with this fingerprint; returns the secret for the cookie (shown nowhere else)."""
     secret = secrets.token_urlsafe(32)  # 256 bits, 43 characters
-    db.execute(engine, "ops_session_open", {"id": _row_id(secret), "token_fingerprint": fingerprint,
-                                            "lifetime_seconds": lifetime_seconds})
+    row_id = _row_id(secret)
+    assert row_id is not None  # a fresh secret always decodes
+    queries.ops_session_open(engine, id=row_id, token_fingerprint=fingerprint,
+                             lifetime_seconds=lifetime_seconds)
     return secret
 
 
@@ -59,11 +61,11 @@ def is_live(engine: sa.Engine, secret: str, configured: frozenset[bytes]) -> boo
     row_id = _row_id(secret)
     if row_id is None:
         return False
-    rows = db.fetch(engine, "ops_session_check", {"id": row_id})
-    if not rows:
+    fingerprint = queries.ops_session_check(engine, id=row_id)
+    if fingerprint is None:
         return False
-    if bytes(rows[0]["token_fingerprint"]) not in configured:
-        db.execute(engine, "ops_session_close", {"id": row_id})
+    if fingerprint not in configured:
+        queries.ops_session_close(engine, id=row_id)
         return False
     return True
 
@@ -71,4 +73,4 @@ def is_live(engine: sa.Engine, secret: str, configured: frozenset[bytes]) -> boo
 def close_session(engine: sa.Engine, secret: str) -> None:
     row_id = _row_id(secret)
     if row_id is not None:
-        db.execute(engine, "ops_session_close", {"id": row_id})
+        queries.ops_session_close(engine, id=row_id)

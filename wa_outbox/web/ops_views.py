@@ -32,7 +32,7 @@ from flask import (Blueprint, Flask, abort, current_app, flash, g, get_flashed_m
                    request, session, url_for)
 from flask.sessions import SecureCookieSessionInterface
 
-from .. import ops, outbox
+from .. import ops, outbox, queries
 from ..config import Settings
 from . import auth_throttle, ops_sessions
 
@@ -229,16 +229,16 @@ def index():
     engine = _engine()
     depth = ops.queue_depth(engine)
     minutes = ops.throughput(engine)
-    waiting = sum(r["rows"] for r in depth if r["queue"] == "notifications" and
-                  r["status"] in ("queued", "sending", "unknown"))
-    oldest = next((r["oldest_age_seconds"] for r in depth
-                   if r["queue"] == "notifications" and r["status"] == "queued"), None)
-    labels = [m["minute"].strftime("%H:%M") for m in minutes]
+    waiting = sum(r.rows for r in depth if r.queue == "notifications" and
+                  r.status in ("queued", "sending", "unknown"))
+    oldest = next((r.oldest_age_seconds for r in depth
+                   if r.queue == "notifications" and r.status == "queued"), None)
+    labels = [m.minute.strftime("%H:%M") for m in minutes]
     charts = [
         {"name": "waiting (estimated)", "kind": "line", "values": ops.depth_series(waiting, minutes)},
-        {"name": "sent / min", "kind": "bars", "values": [m["sent"] for m in minutes]},
-        {"name": "failed / min", "kind": "bars", "values": [m["failed"] for m in minutes]},
-        {"name": "dead / min", "kind": "bars", "values": [m["dead"] for m in minutes]},
+        {"name": "sent / min", "kind": "bars", "values": [m.sent for m in minutes]},
+        {"name": "failed / min", "kind": "bars", "values": [m.failed for m in minutes]},
+        {"name": "dead / min", "kind": "bars", "values": [m.dead for m in minutes]},
     ]
     for chart in charts:
         chart["total"] = sum(chart["values"]) if chart["kind"] == "bars" else chart["values"][-1]
@@ -258,13 +258,13 @@ def _search(q: str):
         return _page("search.html", 400, q=q[:ops.MAX_QUERY_CHARS], results=[], error=str(exc))
     results = ops.search(_engine(), terms)
     if len(results) == 1:
-        return redirect(url_for("ops.message", notification_id=results[0]["id"], q=terms.term))
+        return redirect(url_for("ops.message", notification_id=results[0].id, q=terms.term))
     return _page("search.html", q=terms.term, results=results, error=None)
 
 
 @blueprint.get("/messages/<int:notification_id>")
 def message(notification_id: int):
-    found = outbox.get(_engine(), notification_id) if notification_id <= ops.MAX_ID else None
+    found = queries.get_notification(_engine(), id=notification_id) if notification_id <= ops.MAX_ID else None
     if found is None:
         return _page("search.html", 404, q=request.args.get("q", str(notification_id)), results=[],
                      error=f"No message {notification_id}.")
@@ -323,8 +323,8 @@ def resume_sender():
     phone_number_id = request.form.get("phone_number_id", "")
     if not phone_number_id.isascii() or not phone_number_id.isdigit() or len(phone_number_id) > 64:
         abort(400, "phone_number_id must be digits")
-    resumed = outbox.resume_sender(_engine(), phone_number_id)
-    flash(f"Sender {phone_number_id} resumed; {resumed['moved']} message(s) it held back are due now.")
+    resumed = queries.resume_sender(_engine(), phone_number_id=phone_number_id)
+    flash(f"Sender {phone_number_id} resumed; {resumed.moved} message(s) it held back are due now.")
     return redirect(_next_location())
 
 
@@ -336,11 +336,11 @@ def steer_campaign(action: str):
     if not name or len(name) > 200:
         abort(400, "name must be a campaign's name")
     try:
-        result = getattr(campaigns, action)(_engine(), name, actor="ops")
+        result = campaigns.steer(_engine(), name, action, actor="ops")
     except campaigns.CampaignError as exc:  # unknown, or not possible in the campaign's state
         flash(str(exc), "error")
         return redirect(_next_location())
-    flash(f"Campaign {name}: {result['previous_status']} → {result['status']} ({result['moved']} message(s)).")
+    flash(f"Campaign {name}: {result.previous_status} → {result.status} ({result.moved} message(s)).")
     return redirect(_next_location())
 
 

@@ -28,7 +28,7 @@ import uuid
 import psycopg
 import sqlalchemy as sa
 
-from .. import db
+from .. import db, queries
 from ..metrics import WorkerMetrics
 from ..config import Settings, redact_url, scrub
 from ..retry import backoff_seconds
@@ -57,14 +57,13 @@ def database_not_ready(settings: Settings) -> str | None:
     try:
         with db.connect(settings, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
                         application_name="wa-outbox-worker") as conn:
-            version = conn.execute(db.query("schema_version")).fetchone()
+            current = queries.schema_version(conn)
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         return "the database is not migrated yet (is the release phase, `wa-outbox db upgrade`, still running?)"
     except psycopg.Error as exc:
         return f"cannot reach the database at {redact_url(settings.database_url)}: " + \
             scrub(one_line(exc), settings.database_url)
     needed, known = migrate.head(), migrate.revisions()
-    current = version[0] if version else None
     if current is None or (current != needed and current in known):
         return (f"the database schema is at {current or 'no revision'}, this version needs {needed} "
                 f"(is the release phase, `wa-outbox db upgrade`, still running?)")
@@ -248,7 +247,7 @@ class Worker:
 
         class _Collector:
             def collect(self):
-                rows = [{"metric": m, "labels": json.loads(labels), "value": v}
+                rows = [queries.MetricTotal(metric=m, labels=json.loads(labels), value=v)
                         for (m, labels), v in metrics.snapshot().items()]
                 return worker_families(rows)
 

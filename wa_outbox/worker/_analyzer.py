@@ -7,13 +7,13 @@ import logging
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import queries
 
 log = logging.getLogger("wa_outbox.analyzer")
 
 
 def analyze_if_never(engine: sa.Engine) -> list[str]:
-    tables = [row["relname"] for row in db.fetch(engine, "tables_never_analyzed")]
+    tables = queries.tables_never_analyzed(engine)
     for name in tables:  # names come from the catalogue, filtered to two known tables
         with engine.connect() as conn:
             conn.exec_driver_sql(f"ANALYZE wa_outbox.{name}")

@@ -9,17 +9,17 @@ import socket
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import queries
 from ..metrics import WorkerMetrics, series_key
 
 
 def beat(engine: sa.Engine, worker_id: str, state: str, info: dict) -> None:
-    db.execute(engine, "heartbeat", {"worker_id": worker_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                                 "state": state, "info": json.dumps(info)})
+    queries.heartbeat(engine, worker_id=worker_id, hostname=socket.gethostname(), pid=os.getpid(), state=state,
+                      info=json.dumps(info))
 
 
 def gone(engine: sa.Engine, worker_id: str) -> None:
-    db.execute(engine, "worker_gone", {"worker_id": worker_id})
+    queries.worker_gone(engine, worker_id=worker_id)
 
 
 class MetricsFlusher:
@@ -44,9 +44,8 @@ class MetricsFlusher:
             values = {key: value - self._baseline.get(key, 0.0) for key, value in snapshot.items()}
             entries = [{"metric": metric, "labels": json.loads(labels), "value": value,
                         "seen": (metric, labels) in self._written} for (metric, labels), value in values.items()]
-            lost = db.fetch(self.engine, "record_worker_metrics", {"worker_id": self.worker_id,
-                                                                   "metrics": json.dumps(entries)})
-            lost_keys = {series_key(row["metric"], row["labels"]) for row in lost}
+            lost = queries.record_worker_metrics(self.engine, worker_id=self.worker_id, metrics=json.dumps(entries))
+            lost_keys = {series_key(row.metric, row.labels) for row in lost}
             for key in lost_keys:  # retired at the value last written: count on from there, as a new row
                 self._baseline[key] = self._baseline.get(key, 0.0) + self._written.pop(key)
             self._written.update({key: value for key, value in values.items() if key not in lost_keys})
@@ -56,5 +55,4 @@ class MetricsFlusher:
     def retire(self, *, stopping: bool) -> None:
         """Fold the rows of workers silent for a day into the 'retired' rows; with `stopping`, this worker's too
         (call `flush` first: its final totals)."""
-        db.execute(self.engine, "retire_worker_metrics",
-                   {"stopping_worker_id": self.worker_id if stopping else None})
+        queries.retire_worker_metrics(self.engine, stopping_worker_id=self.worker_id if stopping else None)

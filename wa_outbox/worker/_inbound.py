@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterable, Iterator
 import psycopg
 import sqlalchemy as sa
 
-from .. import db, logs
+from .. import logs, queries
 from ..config import ConfigError
 from ..metrics import InboundResult, WorkerMetrics
+from ..queries import StatusApplied, WebhookEvent
 from ..retry import RetryPolicy
 from ..states import TimelineEvent, WebhookEventStatus
 
@@ -104,18 +105,18 @@ def status_word(value: Any) -> str:
     return value[:MAX_WORD_CHARS] if isinstance(value, str) else ""
 
 
-def status_entry(event: dict) -> dict:
+def status_entry(event: WebhookEvent) -> dict:
     """A stored status event as apply_statuses.sql's input: every field parsed, garbage dropped."""
-    item = _first_item(event.get("payload"), "statuses")
-    return {"event_id": event["id"], "wamid": event.get("wamid"),
-            "status": status_word(event.get("update_status") or item.get("status")),
+    item = _first_item(event.payload, "statuses")
+    return {"event_id": event.id, "wamid": event.wamid,
+            "status": status_word(event.update_status or item.get("status")),
             "notification_id": outbox_id_from_callback(item.get("biz_opaque_callback_data")),
             "errors": parse_errors(item.get("errors")), "ts": parse_timestamp(item.get("timestamp"))}
 
 
-def contact_of(event: dict) -> dict:
+def contact_of(event: WebhookEvent) -> dict:
     """A stored inbound message as record_inbound_messages.sql's input: who wrote, their profile name, when."""
-    payload = event.get("payload")
+    payload = event.payload
     value = payload.get("value") if isinstance(payload, dict) else None
     message = _first_item(payload, "messages")
     wa_id = message.get("from")
@@ -128,7 +129,7 @@ def contact_of(event: dict) -> dict:
             candidate = profile.get("name") if isinstance(profile, dict) else None
             name = candidate[:MAX_NAME_CHARS] if isinstance(candidate, str) else None
             break
-    return {"phone_number_id": event.get("phone_number_id"), "wa_id": wa_id, "profile_name": name,
+    return {"phone_number_id": event.phone_number_id, "wa_id": wa_id, "profile_name": name,
             "ts": parse_timestamp(message.get("timestamp"))}
 
 
@@ -190,14 +191,14 @@ class InboundProcessor:
 
     def process_batch(self) -> int:
         """Claim and process one batch; return how many events it held."""
-        events = db.fetch(self.engine, "claim_webhook_events", {
-            "limit": self.batch_size, "worker_id": self.worker_id, "lease_seconds": self.lease_seconds})
+        events = queries.claim_webhook_events(self.engine, limit=self.batch_size, worker_id=self.worker_id,
+                                              lease_seconds=self.lease_seconds)
         if not events:
             return 0
-        statuses = [e for e in events if e["kind"] == "status"]
-        messages = [e for e in events if e["kind"] == "message" and e["field"] == "messages"]
-        handled = [e for e in events if e["kind"] != "status"]
-        keeper = _LeaseKeeper(self.engine, self.worker_id, self.lease_seconds, [e["id"] for e in events])
+        statuses = [e for e in events if e.kind == "status"]
+        messages = [e for e in events if e.kind == "message" and e.field == "messages"]
+        handled = [e for e in events if e.kind != "status"]
+        keeper = _LeaseKeeper(self.engine, self.worker_id, self.lease_seconds, [e.id for e in events])
         if self.handlers and handled:
             keeper.start()  # handlers may be slow: keep the batch ours until it is finished
         try:
@@ -207,21 +208,20 @@ class InboundProcessor:
             if messages:
                 outcomes.update(self._record_contacts(messages))
             for event in handled:
-                if event["id"] in outcomes:  # its contact could not be recorded: retried, handlers then
+                if event.id in outcomes:  # its contact could not be recorded: retried, handlers then
                     continue
-                if not keeper.holds(event["id"]):
+                if not keeper.holds(event.id):
                     self.stats["lease_lost"] += 1
-                    self.metrics.count("wa_outbox_inbound_events_total", kind=event["kind"],
-                                       result=InboundResult.LEASE_LOST)
-                    log.warning("inbound event %s: lease lost, left to the worker that holds it now", event["id"],
-                                extra={"correlation_id": event["correlation_id"]})
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event.kind, result=InboundResult.LEASE_LOST)
+                    log.warning("inbound event %s: lease lost, left to the worker that holds it now", event.id,
+                                extra={"correlation_id": event.correlation_id})
                     continue
                 with keeper.running():
-                    outcomes[event["id"]] = self._handle(event)
+                    outcomes[event.id] = self._handle(event)
             if outcomes:
-                db.execute(self.engine, "finish_webhook_events", {
-                    "worker_id": self.worker_id, "outcomes": json.dumps(list(outcomes.values()))})
-                kinds = {e["id"]: e["kind"] for e in events}
+                queries.finish_webhook_events(self.engine, worker_id=self.worker_id,
+                                              outcomes=json.dumps(list(outcomes.values())))
+                kinds = {e.id: e.kind for e in events}
                 for event_id, result in outcomes.items():
                     self.metrics.count("wa_outbox_inbound_events_total", kind=kinds[event_id],
                                        result=inbound_result(result))
@@ -234,22 +234,23 @@ class InboundProcessor:
         self.stats["messages"] += len(messages)
         return len(events)
 
-    def _apply_statuses(self, statuses: list[dict]) -> dict[int, dict]:
-        entries, by_id = [], {e["id"]: e for e in statuses}
+    def _apply_statuses(self, statuses: list[WebhookEvent]) -> dict[int, dict]:
+        entries, by_id = [], {e.id: e for e in statuses}
         for event in statuses:
             entry = status_entry(event)
             if entry["status"] not in KNOWN_STATUS_WORDS:
                 self._unrecognized(entry["status"], event)
             entries.append(entry)
-        rows, failures = self._isolated("apply_statuses", "statuses", entries, "event_id")
+        rows, failures = self._isolated(lambda text: queries.apply_statuses(self.engine, statuses=text), entries,
+                                        "event_id")
         outcomes = {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
         narrate = logs.events.isEnabledFor(logging.DEBUG)
-        for row in sorted(rows, key=lambda r: r["event_id"]) if narrate else rows:  # narrated in arrival order
-            event_id, disposition = row["event_id"], row["disposition"]
-            if narrate and disposition == "applied" and row["status"] != "sent":  # the send said "sent" already
-                logs.events.debug("message %s %s", row["notification_id"], row["status"],
-                                  extra={"notification_id": row["notification_id"],
-                                         "correlation_id": by_id[event_id]["correlation_id"]})
+        for row in sorted(rows, key=lambda r: r.event_id) if narrate else rows:  # narrated in arrival order
+            event_id, disposition = row.event_id, row.disposition
+            if narrate and disposition == "applied" and row.status != "sent":  # the send said "sent" already
+                logs.events.debug("message %s %s", row.notification_id, row.status,
+                                  extra={"notification_id": row.notification_id,
+                                         "correlation_id": by_id[event_id].correlation_id})
             if disposition == "retry":  # waiting for the send to be recorded is no failure: the attempt is refunded
                 outcomes[event_id] = {"id": event_id, "status": WebhookEventStatus.QUEUED,
                                       "delay": STATUS_RETRY_SECONDS, "refund": True,
@@ -260,56 +261,61 @@ class InboundProcessor:
                                       "no message of this outbox has this wamid or id"}
         return outcomes
 
-    def _record_contacts(self, messages: list[dict]) -> dict[int, dict]:
+    def _record_contacts(self, messages: list[WebhookEvent]) -> dict[int, dict]:
         """Open the 24-hour windows; return the failure outcomes of the events whose contact could not be stored."""
-        entries = [{**contact_of(e), "event_id": e["id"]} for e in messages]
-        _, failures = self._isolated("record_inbound_messages", "messages", entries, "event_id")
-        by_id = {e["id"]: e for e in messages}
+        entries = [{**contact_of(e), "event_id": e.id} for e in messages]
+
+        def record(text: str) -> list[StatusApplied]:
+            queries.record_inbound_messages(self.engine, messages=text)
+            return []
+        _, failures = self._isolated(record, entries, "event_id")
+        by_id = {e.id: e for e in messages}
         return {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
 
-    def _isolated(self, query: str, param: str, entries: list[dict], key: str) -> tuple[list[dict], dict[int, str]]:
-        """Run a set-based statement over `entries`; if the database refuses it, bisect, so that the entries that
-        can be applied are, and only those that fail are returned (by `key`, with their error). One statement when
-        all is well; about 2·log2(n) more per bad entry otherwise."""
+    def _isolated(self, run: Callable[[str], list[StatusApplied]], entries: list[dict],
+                  key: str) -> tuple[list[StatusApplied], dict[int, str]]:
+        """Run a set-based statement (`run`, given the entries' JSON text) over `entries`; if the database refuses
+        it, bisect, so that the entries that can be applied are, and only those that fail are returned (by `key`,
+        with their error). One statement when all is well; about 2·log2(n) more per bad entry otherwise."""
         try:
-            return db.fetch(self.engine, query, {param: json.dumps(entries)}), {}
+            return run(json.dumps(entries)), {}
         except Exception as exc:
             if not _is_the_statements_fault(exc):
                 raise  # the database is in trouble: the batch goes back by its lease
             if len(entries) == 1:
                 return [], {entries[0][key]: error_text(exc)}
             middle = len(entries) // 2
-            rows_a, failed_a = self._isolated(query, param, entries[:middle], key)
-            rows_b, failed_b = self._isolated(query, param, entries[middle:], key)
+            rows_a, failed_a = self._isolated(run, entries[:middle], key)
+            rows_b, failed_b = self._isolated(run, entries[middle:], key)
             return rows_a + rows_b, {**failed_a, **failed_b}
 
-    def _handle(self, event: dict) -> dict:
+    def _handle(self, event: WebhookEvent) -> dict:
         if not self.handlers:
-            return {"id": event["id"], "status": WebhookEventStatus.DONE}
-        public = {k: event[k] for k in ("id", "kind", "field", "phone_number_id", "wamid", "payload",
-                                        "correlation_id")}
+            return {"id": event.id, "status": WebhookEventStatus.DONE}
+        public = {k: getattr(event, k) for k in ("id", "kind", "field", "phone_number_id", "wamid", "payload",
+                                                 "correlation_id")}
         try:
             for handler in self.handlers:
                 handler(public)
-            return {"id": event["id"], "status": WebhookEventStatus.DONE}
+            return {"id": event.id, "status": WebhookEventStatus.DONE}
         except Exception as exc:  # noqa: BLE001 - the application's code: retry, then dead-letter
             self.metrics.count("wa_outbox_handler_failures_total")
             return self._failure(event, error_text(exc))
 
-    def _failure(self, event: dict, error: str) -> dict:
+    def _failure(self, event: WebhookEvent, error: str) -> dict:
         """The outcome of a failed attempt: retried after the policy's backoff, or dead when attempts are spent."""
         self.stats["failed"] += 1
-        delay = self.policy.after_failure(event["attempts"], event["max_attempts"])
+        delay = self.policy.after_failure(event.attempts, event.max_attempts)
         if delay is None:
             self.stats["dead"] += 1
-            log.error("inbound event %s dead after %d attempts: %s", event["id"], event["attempts"], error,
-                      extra={"correlation_id": event["correlation_id"]})
-            return {"id": event["id"], "status": WebhookEventStatus.DEAD, "error": error}
-        log.warning("inbound event %s failed (attempt %d), retry in %.1f s: %s", event["id"], event["attempts"],
-                    delay, error, extra={"correlation_id": event["correlation_id"]})
-        return {"id": event["id"], "status": WebhookEventStatus.QUEUED, "delay": delay, "error": error}
+            log.error("inbound event %s dead after %d attempts: %s", event.id, event.attempts, error,
+                      extra={"correlation_id": event.correlation_id})
+            return {"id": event.id, "status": WebhookEventStatus.DEAD, "error": error}
+        log.warning("inbound event %s failed (attempt %d), retry in %.1f s: %s", event.id, event.attempts,
+                    delay, error, extra={"correlation_id": event.correlation_id})
+        return {"id": event.id, "status": WebhookEventStatus.QUEUED, "delay": delay, "error": error}
 
-    def _unrecognized(self, word: str, event: dict) -> None:
+    def _unrecognized(self, word: str, event: WebhookEvent) -> None:
         self.stats["unrecognized_statuses"] += 1
         with _logged_words_lock:
             first = word not in _logged_words and len(_logged_words) < _MAX_LOGGED_WORDS
@@ -318,8 +324,8 @@ class InboundProcessor:
         if first:
             log.warning("status word %r is not one this version knows: recorded on the timeline as %s, the message "
                         "is not moved (webhook event %s; logged once per word)", word,
-                        TimelineEvent.UNRECOGNIZED_STATUS.value, event["id"],
-                        extra={"correlation_id": event["correlation_id"]})
+                        TimelineEvent.UNRECOGNIZED_STATUS.value, event.id,
+                        extra={"correlation_id": event.correlation_id})
 
 
 class _LeaseKeeper:
@@ -376,11 +382,11 @@ class _LeaseKeeper:
             if not ids:
                 return
             try:
-                rows = db.fetch(self.engine, "renew_webhook_leases", {
-                    "ids": ids, "worker_id": self.worker_id, "lease_seconds": self.lease_seconds})
+                renewed = queries.renew_webhook_leases(self.engine, ids=ids, worker_id=self.worker_id,
+                                                       lease_seconds=self.lease_seconds)
             except Exception:  # noqa: BLE001 - try again at the next tick, well within the lease
                 log.warning("could not renew the inbound batch's lease", exc_info=True)
                 continue
             with self._lock:
-                self._held &= {row["id"] for row in rows}
+                self._held &= set(renewed)
 

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..queries import Claimed  # claim_notifications.sql's row
 from ..retry import RetryPolicy
 from ..states import MessageStatus as S, TimelineEvent as E
 from ._classify import Action, Decision
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A row this worker claimed and must send."""
-    id: int
-    phone_number_id: str
-    recipient: str
-    message: dict[str, Any]
-    attempts: int
-    max_attempts: int | None  # the row's own limit; None: the retry policy's
-    correlation_id: str | None
-    send_at: float | None = None  # its send slot (seconds since the epoch, the database's clock); None: at once
 
 
 def request_body(row: Claimed) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import logging
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import queries
 from ..retry import RetryPolicy
 
 log = logging.getLogger("wa_outbox.reconciler")
@@ -17,9 +17,9 @@ log = logging.getLogger("wa_outbox.reconciler")
 
 def settle_unknown(engine: sa.Engine, window_seconds: float, policy: str, retry: RetryPolicy,
                    limit: int = 1000) -> dict[str, int]:
-    rows = db.fetch(engine, "settle_unknown", {"window_seconds": window_seconds, "policy": policy, "limit": limit,
-                                               "max_attempts": retry.max_attempts})
-    settled = {row["next_status"]: row["n"] for row in rows}
+    rows = queries.settle_unknown(engine, window_seconds=window_seconds, policy=policy, limit=limit,
+                                  max_attempts=retry.max_attempts)
+    settled = {row.next_status: row.n for row in rows}
     if settled:
         log.warning("settled unknown messages past the %.0f s window: %s", window_seconds, settled)
     return settled
@@ -27,7 +27,7 @@ def settle_unknown(engine: sa.Engine, window_seconds: float, policy: str, retry:
 
 def release_stalled_lines(engine: sa.Engine, limit: int = 1000) -> list[int]:
     """Release the parked first message of any recipient line with nothing going (a release missed by a race)."""
-    released = [row["id"] for row in db.fetch(engine, "release_stalled_lines", {"limit": limit})]
+    released = queries.release_stalled_lines(engine, limit=limit)
     if released:
         log.info("released %d parked messages whose line had nothing going", len(released),
                  extra={"notification_ids": released[:100]})

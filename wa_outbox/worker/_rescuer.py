@@ -8,7 +8,7 @@ import logging
 
 import sqlalchemy as sa
 
-from .. import db
+from .. import queries
 from ..metrics import WorkerMetrics
 from ..retry import RetryPolicy
 
@@ -17,10 +17,10 @@ log = logging.getLogger("wa_outbox.rescuer")
 
 def rescue(engine: sa.Engine, worker_id: str, policy: RetryPolicy, limit: int = 1000,
            metrics: WorkerMetrics | None = None) -> tuple[int, int]:
-    notifications = db.fetch(engine, "rescue_expired_leases", {"worker_id": worker_id, "limit": limit})[0]["rescued"]
-    rescued = db.fetch(engine, "rescue_webhook_events", {"limit": limit, "max_attempts": policy.max_attempts})
+    notifications = queries.rescue_expired_leases(engine, worker_id=worker_id, limit=limit)
+    rescued = queries.rescue_webhook_events(engine, limit=limit, max_attempts=policy.max_attempts)
     events = len(rescued)
-    dead = sum(1 for row in rescued if row["status"] == "dead")
+    dead = rescued.count("dead")
     if dead and metrics is not None:
         metrics.count("wa_outbox_dead_letters_total", dead, queue="webhook_events")
     if notifications or events:

@@ -39,7 +39,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from .. import db, logs
+from .. import logs, queries
 from ..metrics import WorkerMetrics, send_outcome
 from ..config import Settings, scrub
 from ..retry import RetryPolicy, backoff_seconds
@@ -109,7 +109,7 @@ def claim_pacing(settings: Settings) -> dict:
             "reserved": "[]"}
 
 
-def next_reservations(reserved: list[dict], claimed_senders: list[str], limit: int
+def next_reservations(reserved: list[queries.SlotGrant], claimed_senders: list[str], limit: int
                       ) -> tuple[list[str], dict[str, tuple[int, datetime]]]:
     """After a claim of up to `limit` rows: the senders to reserve slots for ahead of the next one, and the slots to
     give back now.
@@ -122,8 +122,8 @@ def next_reservations(reserved: list[dict], claimed_senders: list[str], limit: i
     ones: rows take slots in order) are given back, as (how many, the grant's slots_from, which identifies it)."""
     counts = Counter(claimed_senders)
     ahead = sorted(counts) if len(claimed_senders) >= limit else []
-    unused = {g["phone_number_id"]: (g["granted"] - counts[g["phone_number_id"]], g["slots_from"])
-              for g in reserved if g["granted"] > counts[g["phone_number_id"]]}
+    unused = {g.phone_number_id: (g.granted - counts[g.phone_number_id], g.slots_from)
+              for g in reserved if g.granted > counts[g.phone_number_id]}
     return ahead, unused
 
 
@@ -215,7 +215,7 @@ class Sender:
         samples = []
         for _ in range(5):
             sent = time.time()
-            theirs = db.fetch(self.engine, "database_clock")[0]["now"]
+            theirs = queries.database_clock(self.engine)
             samples.append((sent, theirs, time.time()))
         self._clock_offset = clock_offset(samples, self._clock_offset)
         self._clock_checked = time.monotonic()
@@ -238,10 +238,9 @@ class Sender:
         yet not ours (another worker holds it): a short wait, doubling while that lasts."""
         poll = self.settings.poll_interval
         try:
-            rows = db.fetch(self.engine, "next_claim_in", {"horizon": SLOT_HORIZON / 2})
+            wait = queries.next_claim_in(self.engine, horizon=SLOT_HORIZON / 2)
         except Exception:  # noqa: BLE001 - the next claim reports the database's trouble
             return poll
-        wait = rows[0]["wait_seconds"] if rows else None
         if wait is None:
             return poll
         if wait > 0:
@@ -250,19 +249,19 @@ class Sender:
         self._due_not_claimed += 1
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
 
-    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[dict]:
+    def _reserve_ahead(self, limit: int, senders: list[str]) -> list[queries.SlotGrant]:
         """Reserve up to `limit` slots for each of `senders`, giving back the unused ones of the last grant first;
         the grants, for the claim. (A failed claim leaves its grants unused: lost capacity, never a rate violation.)"""
         everyone = sorted(set(senders) | set(self._unused))
         if not everyone:
             return []
-        rows = db.fetch(self.engine, "reserve_slots_ahead", {
-            "senders": everyone, "wanted": [limit if s in senders else 0 for s in everyone],
-            "unused": [self._unused.get(s, (0, None))[0] for s in everyone],
-            "reserved_at": [self._unused.get(s, (0, None))[1] for s in everyone],
-            "default_mps": self.settings.rate_limit_mps, "lead": SLOT_LEAD, "horizon": SLOT_HORIZON})
+        rows = queries.reserve_slots_ahead(
+            self.engine, senders=everyone, wanted=[limit if s in senders else 0 for s in everyone],
+            unused=[self._unused.get(s, (0, None))[0] for s in everyone],
+            reserved_at=[self._unused.get(s, (0, None))[1] for s in everyone],
+            default_mps=self.settings.rate_limit_mps, lead=SLOT_LEAD, horizon=SLOT_HORIZON)
         self._unused = {}
-        return [row for row in rows if row["phone_number_id"] in senders]
+        return [row for row in rows if row.phone_number_id in senders]
 
     def _give_back_unused(self) -> None:
         """Give back at once the slots the claim just reserved and found no row for: the sooner, the likelier they
@@ -275,11 +274,11 @@ class Sender:
     def _claim(self, limit: int) -> list[Claimed]:
         started = time.monotonic()
         reserved = self._reserve_ahead(limit, self._reserve_for)
-        rows = db.fetch(self.engine, "claim_notifications", {
-            "limit": limit, "worker_id": self.worker_id, "lease_seconds": self.settings.lease_seconds,
-            "default_mps": self.settings.rate_limit_mps, **claim_pacing(self.settings),
-            "reserved": json.dumps(reserved, default=str)})
-        self._reserve_for, self._unused = next_reservations(reserved, [row["phone_number_id"] for row in rows], limit)
+        rows = queries.claim_notifications(
+            self.engine, limit=limit, worker_id=self.worker_id, lease_seconds=self.settings.lease_seconds,
+            default_mps=self.settings.rate_limit_mps, **{**claim_pacing(self.settings),
+            "reserved": json.dumps([grant.as_json() for grant in reserved], default=str)})
+        self._reserve_for, self._unused = next_reservations(reserved, [row.phone_number_id for row in rows], limit)
         if self._unused:
             self._give_back_unused()
         self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
@@ -287,9 +286,9 @@ class Sender:
         self.metrics.count("wa_outbox_claims_total", len(rows))
         if rows and logs.events.isEnabledFor(logging.DEBUG):
             for row in rows:
-                logs.events.debug("message %s sending (attempt %d)", row["id"], row["attempts"],
-                                  extra={"notification_id": row["id"], "correlation_id": row["correlation_id"]})
-        return [Claimed(**row) for row in rows]
+                logs.events.debug("message %s sending (attempt %d)", row.id, row.attempts,
+                                  extra={"notification_id": row.id, "correlation_id": row.correlation_id})
+        return rows
 
     def release_unsent_claims(self) -> list[int]:
         """Give back the rows `sending` under this worker's lease that it does not hold: a claim whose reply was lost.
@@ -297,8 +296,7 @@ class Sender:
         set while it runs. Returns the ids released."""
         with self._lock:
             held = sorted(self._held)
-        released = [row["id"] for row in db.fetch(self.engine, "release_unsent_claims",
-                                                  {"worker_id": self.worker_id, "in_flight": held})]
+        released = queries.release_unsent_claims(self.engine, worker_id=self.worker_id, in_flight=held)
         self._release_pending = False
         if released:
             log.warning("released %d claimed messages whose claim reply was lost: queued again, unsent",
@@ -428,8 +426,8 @@ class Sender:
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
-                db.execute(self.engine, "record_outcomes", {
-                    "worker_id": self.worker_id, "outcomes": json.dumps([o for _, _, o in batch])})
+                queries.record_outcomes(self.engine, worker_id=self.worker_id,
+                                        outcomes=json.dumps([o for _, _, o in batch]))
                 break
             except Exception as exc:  # noqa: BLE001 - keep the outcomes and try again; the lease is the safety net
                 log.warning("recording %d outcomes failed; retrying in 1 s: %s", len(batch),
@@ -452,8 +450,8 @@ class Sender:
         if not ids or self.settings.pair_rate_seconds <= 0:
             return
         try:
-            db.fetch(self.engine, "return_pair_reservations", {
-                "ids": ids, "worker_id": self.worker_id, "pair_interval": self.settings.pair_rate_seconds})
+            queries.return_pair_reservations(self.engine, ids=ids, worker_id=self.worker_id,
+                                             pair_interval=self.settings.pair_rate_seconds)
         except Exception as exc:  # noqa: BLE001 - the reservations stay: the safe side
             log.warning("could not give back the pair reservations of %d rows released unsent: %s", len(ids),
                         scrub(one_line(exc), self.settings.database_url))
@@ -462,11 +460,10 @@ class Sender:
         """Pause the sender (throttled, or broken until a human acts) or, for 131056, just this recipient."""
         self.metrics.count("wa_outbox_throttle_pauses_total", reason=_PAUSE_REASONS[decision.action])
         if decision.action is Action.PAIR_LIMIT:
-            db.execute(self.engine, "pause_recipient", {"phone_number_id": row.phone_number_id, "wa_id": row.recipient})
+            queries.pause_recipient(self.engine, phone_number_id=row.phone_number_id, wa_id=row.recipient)
             return
-        db.execute(self.engine, "pause_sender", {
-            "phone_number_id": row.phone_number_id, "seconds": decision.wait_seconds or 1.0,
-            "reason": decision.reason, "default_mps": self.settings.rate_limit_mps})
+        queries.pause_sender(self.engine, phone_number_id=row.phone_number_id, seconds=decision.wait_seconds or 1.0,
+                             reason=decision.reason, default_mps=self.settings.rate_limit_mps)
         # Claims started before the pause was committed may have reserved slots for this sender meanwhile.
         self._halt(row.phone_number_id, decision.wait_seconds or 1.0)
         (log.error if decision.alert else log.warning)(
@@ -477,12 +474,12 @@ class Sender:
     def _pause_campaign(self, row: Claimed, decision: Decision) -> None:
         """A spam-limit or template-quality answer: pause the campaign this message belongs to (if any, and if it is
         still active), so the rest of it waits for an operator instead of drawing the same answer."""
-        paused = db.fetch(self.engine, "pause_campaign_of_message", {
-            "id": row.id, "actor": f"worker {self.worker_id}", "reason": decision.reason})
+        paused = queries.pause_campaign_of_message(self.engine, id=row.id, actor=f"worker {self.worker_id}",
+                                                   reason=decision.reason)
         for campaign in paused:
-            log.error("campaign %s paused after %s: %s", campaign["name"], decision.code, decision.reason,
-                      extra={"alert": "campaign_paused", "campaign": campaign["name"], "code": decision.code,
-                             "notification_id": row.id, "parked": campaign["moved"],
+            log.error("campaign %s paused after %s: %s", campaign.name, decision.code, decision.reason,
+                      extra={"alert": "campaign_paused", "campaign": campaign.name, "code": decision.code,
+                             "notification_id": row.id, "parked": campaign.moved,
                              "phone_number_id": row.phone_number_id, "correlation_id": row.correlation_id})
 
     def _log(self, row: Claimed, decision: Decision | None, entry: dict) -> None:
