@@ -3,6 +3,8 @@ posting signed status webhooks to the real web app, which the worker then proces
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import time
 
@@ -250,14 +252,15 @@ def test_a_handler_that_keeps_failing_ends_dead(db, sender, sim, settings):
     def broken(event):
         raise ValueError("bug in the app")
 
-    db.execute("ALTER TABLE wa_outbox.webhook_events ALTER COLUMN max_attempts SET DEFAULT 2")
-    try:
-        with running_worker(worker_settings(settings, sim.base_url), handlers=[broken]):
-            wamid = sim.inbound("+5511912345678", "hello")
-            wait_for(lambda: db.execute("SELECT status FROM wa_outbox.webhook_events WHERE wamid = %s",
-                                        (wamid,)).fetchone() == ("dead",), what="dead")
-    finally:
-        db.execute("ALTER TABLE wa_outbox.webhook_events ALTER COLUMN max_attempts SET DEFAULT 10")
+    # Two attempts by the policy (WA_OUTBOX_MAX_ATTEMPTS=2), not by changing the table: a column default left behind
+    # used to give every later test's webhook events max_attempts = 10.
+    with running_worker(dataclasses.replace(worker_settings(settings, sim.base_url), max_attempts=2),
+                        handlers=[broken]):
+        wamid = sim.inbound("+5511912345678", "hello")
+        wait_for(lambda: db.execute("SELECT status FROM wa_outbox.webhook_events WHERE wamid = %s",
+                                    (wamid,)).fetchone() == ("dead",), what="dead")
+    assert db.execute("SELECT attempts, max_attempts FROM wa_outbox.webhook_events WHERE wamid = %s",
+                      (wamid,)).fetchone() == (2, None)
     assert "bug in the app" in db.execute("SELECT last_error FROM wa_outbox.webhook_events WHERE wamid = %s",
                                           (wamid,)).fetchone()[0]
 
