@@ -24,7 +24,7 @@ workers = _settings.web_concurrency          # Heroku sets WEB_CONCURRENCY from 
 threads = _settings.web_threads              # gthread: keep-alive; webhook POSTs waiting on a commit share the next one
 # gthread, with each request read whole by the main thread before a thread gets it: a slow client holds no thread
 worker_class = "wa_outbox.web.gunicorn_worker.BufferedThreadWorker"
-worker_connections = 1000                    # per worker: reading, in the pool and kept alive; past it the oldest reader goes
+worker_connections = 1000  # per worker: reading, in the pool or kept alive; past it the oldest reader is shed
 timeout = 30
 graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after SIGTERM
 keepalive = 5
