@@ -52,7 +52,7 @@ class Tricklers:
     def __init__(self, port: int, n: int, interval: float = 1.0):
         self.port, self.n, self.interval = port, n, interval
         self.stop = threading.Event()
-        self.opened = self.cut_off = self.answered_408 = 0
+        self.opened = self.cut_off = self.answered_408 = self.missing = 0
         self.sel = selectors.DefaultSelector()
         self.received: dict[socket.socket, bytes] = {}
         for _ in range(n):
@@ -61,8 +61,17 @@ class Tricklers:
         self.thread.start()
 
     def _open(self):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-        s.sendall(self.HEADS[self.opened % 2])
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        except OSError:  # the server is down (restarting, in bench/chaos.py): try again on the next round
+            self.missing += 1
+            return
+        try:
+            s.sendall(self.HEADS[self.opened % 2])
+        except OSError:
+            s.close()
+            self.missing += 1
+            return
         s.setblocking(False)
         self.sel.register(s, selectors.EVENT_READ)
         self.received[s] = b""
@@ -70,7 +79,7 @@ class Tricklers:
 
     def _run(self):
         while not self.stop.is_set():
-            for key, _ in self.sel.select(self.interval):
+            for key, _ in self.sel.select(self.interval):  # epoll: a plain wait while none is open
                 self._read(key.fileobj)
             for s in list(self.received):
                 try:
@@ -79,6 +88,9 @@ class Tricklers:
                     pass
                 except OSError:  # reset, broken pipe: the server closed it
                     self._closed(s)
+            for _ in range(self.missing):
+                self.missing -= 1
+                self._open()
 
     def _read(self, s):
         try:
