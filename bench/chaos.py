@@ -932,6 +932,8 @@ def report(n, elapsed, procs, pg, timeline, problems, f, args) -> None:
     print(f"chaos: web: {f['web_answers']:,} answers, {f['web_5xx']} 5xx, {f['web_5xx_outside_outages']} outside "
           f"the outages; statuses {f['web_statuses']}")
     print(f"chaos: the worker started while Postgres was down claimed {f['late_worker_sends']} sends")
+    print(f"chaos: {TRICKLERS} trickling connections throughout: {f['tricklers']['opened']} opened, "
+          f"{f['tricklers']['cut_off']} cut off by the web, {f['tricklers']['answered_408']} of them with a 408")
 
 
 if __name__ == "__main__":

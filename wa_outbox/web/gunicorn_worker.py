@@ -31,6 +31,7 @@ from wa_outbox.config import Settings
 
 HEAD_ALLOWANCE = 64 * 1024  # request line and headers; a real client's are a few hundred bytes
 RECV_SIZE = 256 * 1024
+BUDGET_REQUESTS = 4  # requests of the largest size buffered at once per worker
 
 
 class BufferUnreader(Unreader):
@@ -46,9 +47,10 @@ class Framing:
     decided here; gunicorn's parser, in the thread, still judges the request (a malformed one is handed over at once
     and gets gunicorn's 400)."""
 
-    __slots__ = ("head_end", "body_end", "chunk_at", "chunked", "over_limit", "expects_continue")
+    __slots__ = ("searched", "head_end", "body_end", "chunk_at", "chunked", "over_limit", "expects_continue")
 
     def __init__(self):
+        self.searched = 0       # the head's end is not before this offset (each byte is searched once)
         self.head_end = -1      # offset just past the blank line ending the head
         self.body_end = -1      # offset just past the body: the request is complete
         self.chunk_at = -1      # chunked: offset of the next chunk-size line
@@ -59,8 +61,9 @@ class Framing:
     def scan(self, buf: bytearray, max_body: int) -> bool:
         """True once the whole request is in buf (or it need not be: malformed, or over the limit)."""
         if self.head_end < 0:
-            end = buf.find(b"\r\n\r\n")
+            end = buf.find(b"\r\n\r\n", self.searched)
             if end < 0:
+                self.searched = max(0, len(buf) - 3)
                 return False
             self.head_end = end + 4
             self._read_head(bytes(buf[:end]), max_body)
@@ -143,11 +146,11 @@ class ReadingConn(TConn):
         self.parser.unreader = BufferUnreader()
 
 
-def _answer(status: int, reason: str, message: str) -> bytes:
+def _answer(status: int, reason: str, message: str, extra: str = "") -> bytes:
     """A whole HTTP/1.1 answer in the app's error shape (wa_outbox/web/errors.py), closing the connection."""
     body = (json.dumps({"error": {"status": status, "message": message}}) + "\n").encode()
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n\r\n").encode() + body
+            f"{extra}Connection: close\r\n\r\n").encode() + body
 
 
 class BufferedThreadWorker(ThreadWorker):
@@ -158,6 +161,10 @@ class BufferedThreadWorker(ThreadWorker):
         self.read_timeout = settings.request_read_timeout
         self.max_body = settings.webhook_max_bytes
         self.max_buffered = settings.webhook_max_bytes + HEAD_ALLOWANCE
+        # Bytes held for all requests being read: a few at the largest size at once (Meta's are rarely large), not
+        # worker_connections of them; past it the reader holding most is refused with a 503 to retry.
+        self.buffer_budget = BUDGET_REQUESTS * self.max_buffered
+        self.buffered = 0
         # Accepting never stops (gthread stops at worker_connections, leaving newcomers in the listen queue behind
         # whoever holds the slots); past the limit, accept() sheds the longest-waiting reader instead.
         self.max_connections = self.cfg.worker_connections
@@ -200,6 +207,7 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _start_reading(self, conn: ReadingConn, data: bytes):
         conn.buf = bytearray(data)
+        self.buffered += len(data)
         conn.framing = Framing()
         conn.close_after = False
         conn.sent_continue = False
@@ -221,7 +229,12 @@ class BufferedThreadWorker(ThreadWorker):
             self._drop(conn)
             return
         conn.buf += data
-        self._complete(conn)
+        self.buffered += len(data)
+        if self._complete(conn) or self.buffered <= self.buffer_budget:
+            return
+        largest = max(self.reading, key=lambda c: len(c.buf))
+        self._refuse(largest, 503, "Service Unavailable", "too many large requests at once; try again",
+                     "Retry-After: 1\r\n")
 
     def _complete(self, conn: ReadingConn) -> bool:
         """Submit the connection if its request is whole, or refuse it if it cannot become whole; True if it left
@@ -244,21 +257,23 @@ class BufferedThreadWorker(ThreadWorker):
             self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
         return False
 
-    def _leave_reading(self, conn: ReadingConn):
+    def _leave_reading(self, conn: ReadingConn) -> bytes:
+        """What was read of its request; it is no longer read (nor counted in self.buffered)."""
         if self.reading.pop(conn, 0) is None:  # registered with the poller
             self._unregister(conn)
+        data, conn.buf = bytes(conn.buf), bytearray()
+        self.buffered -= len(data)
+        return data
 
     def _submit(self, conn: ReadingConn):
-        self._leave_reading(conn)
-        data = bytes(conn.buf)
-        conn.buf = bytearray()
+        data = self._leave_reading(conn)
         conn.sock.setblocking(True)
         conn.init()
         conn.parser.unreader.unread(data)
         self.enqueue_req(conn)
 
-    def _refuse(self, conn: ReadingConn, status: int, reason: str, message: str):
-        self._send(conn, _answer(status, reason, message))
+    def _refuse(self, conn: ReadingConn, status: int, reason: str, message: str, extra: str = ""):
+        self._send(conn, _answer(status, reason, message, extra))
         self._drop(conn)
 
     def _send(self, conn: ReadingConn, data: bytes):
