@@ -3,6 +3,7 @@ thread (wa_outbox/web/gunicorn_worker.py), everyone else is answered, and they a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from tests.conftest import API_TOKEN, APP_SECRET, meta_body
-from wa_outbox.web.gunicorn_worker import HEAD_ALLOWANCE
+from wa_outbox.web.gunicorn_worker import BUDGET_REQUESTS, HEAD_ALLOWANCE
 from wa_outbox.webhooks import sign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,13 +36,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def web(database_url):
     """A gunicorn of 2 workers × 2 threads: 4 threads that 200 slow clients would hold on plain gthread."""
+    with _gunicorn(database_url, WEB_CONCURRENCY="2") as port:
+        yield port
+
+
+@contextlib.contextmanager
+def _gunicorn(database_url: str, **extra: str):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update(DATABASE_URL=database_url, WHATSAPP_APP_SECRET=APP_SECRET, WHATSAPP_VERIFY_TOKEN="vt",
-               WA_OUTBOX_API_TOKENS=API_TOKEN, WEB_CONCURRENCY="2", WA_OUTBOX_WEB_THREADS="2", LOG_LEVEL="WARNING",
+               WA_OUTBOX_API_TOKENS=API_TOKEN, WA_OUTBOX_WEB_THREADS="2", LOG_LEVEL="WARNING",
                WA_OUTBOX_BIND=f"127.0.0.1:{port}", WA_OUTBOX_REQUEST_READ_TIMEOUT=str(READ_TIMEOUT),
                WA_OUTBOX_WEBHOOK_MAX_BYTES=str(MAX_BYTES))
+    env.update(extra)
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf",
                              "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -268,3 +276,33 @@ def test_a_declared_length_past_the_limit_is_the_apps_413_at_once(web):
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b"Connection: close\r\n" in answer
     assert f"body is larger than the limit of {MAX_BYTES} bytes".encode() in answer
+
+
+def test_past_the_workers_buffer_budget_the_largest_reader_is_refused_503_and_the_others_go_on(database_url):
+    head = b"POST /webhooks/whatsapp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % MAX_BYTES
+    part = MAX_BYTES - 5000
+    budget = BUDGET_REQUESTS * (MAX_BYTES + HEAD_ALLOWANCE)
+    readers = budget // (len(head) + part) + 1  # one more than fit: the last one's bytes go past the budget
+    with _gunicorn(database_url, WEB_CONCURRENCY="1") as port:
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(readers)]
+        try:
+            for s in socks:
+                s.sendall(head + b"a" * part)
+            sel = selectors.DefaultSelector()
+            for s in socks:
+                sel.register(s, selectors.EVENT_READ)
+            ready = sel.select(60)  # the refused one: readable (its answer, or the reset)
+            assert len(ready) >= 1
+            refused = ready[0][0].fileobj
+            try:
+                answer = _read_responses(refused, 1)[0]
+                assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1\r\n" in answer, answer
+            except ConnectionResetError:
+                pass  # closed before its answer could be read: refused all the same
+            for s in socks:
+                if s is not refused:
+                    s.sendall(b"a" * 5000)
+                    assert _read_responses(s, 1)[0].startswith(b"HTTP/1.1 401 ")  # whole: the app's answer
+        finally:
+            for s in socks:
+                s.close()
