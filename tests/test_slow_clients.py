@@ -306,3 +306,19 @@ def test_past_the_workers_buffer_budget_the_largest_reader_is_refused_503_and_th
         finally:
             for s in socks:
                 s.close()
+
+
+def test_clients_that_never_close_their_end_after_the_answer_do_not_stall_the_others(web):
+    """A `Connection: close` answer is followed by a linger for the client's FIN; plain gthread waits for it in the
+    main thread, up to 2 s for each such client, while no other connection is served."""
+    quiet = [socket.create_connection(("127.0.0.1", web), timeout=60) for _ in range(60)]
+    try:
+        for s in quiet:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        for s in quiet:  # answered, and left open on this side
+            assert _read_responses(s, 1)[0].startswith(b"HTTP/1.1 200 ")
+        assert [requests.get(f"http://127.0.0.1:{web}/healthz", timeout=60).status_code
+                for _ in range(5)] == [200] * 5
+    finally:
+        for s in quiet:
+            s.close()

@@ -32,6 +32,7 @@ from wa_outbox.config import Settings
 HEAD_ALLOWANCE = 64 * 1024  # request line and headers; a real client's are a few hundred bytes
 RECV_SIZE = 256 * 1024
 BUDGET_REQUESTS = 4  # requests of the largest size buffered at once per worker
+LINGER_SECONDS, LINGER_MAX_BYTES = 2.0, 64 * 1024  # as gunicorn's util.close_graceful
 
 
 class BufferUnreader(Unreader):
@@ -137,6 +138,7 @@ class ReadingConn(TConn):
         self.framing = Framing()
         self.deadline = 0.0
         self.close_after = False   # answer, then close: the rest of the request was not read
+        self.drained = 0           # bytes read while lingering before the close
         self.sent_continue = False
 
     def init(self):
@@ -170,6 +172,7 @@ class BufferedThreadWorker(ThreadWorker):
         self.max_connections = self.cfg.worker_connections
         self.worker_connections = float("inf")
         self.reading: collections.OrderedDict[ReadingConn, None] = collections.OrderedDict()  # by deadline
+        self.lingering: collections.OrderedDict[ReadingConn, None] = collections.OrderedDict()  # likewise
 
     @classmethod
     def check_config(cls, cfg, log):
@@ -274,7 +277,8 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _refuse(self, conn: ReadingConn, status: int, reason: str, message: str, extra: str = ""):
         self._send(conn, _answer(status, reason, message, extra))
-        self._drop(conn)
+        self._leave_reading(conn)
+        self._close_lingering(conn)
 
     def _send(self, conn: ReadingConn, data: bytes):
         try:
@@ -313,6 +317,11 @@ class BufferedThreadWorker(ThreadWorker):
                              f"request not received within {self.read_timeout:g} s")
             else:
                 self._drop(conn)  # connected but said nothing: nothing to answer
+        while self.lingering:
+            conn = next(iter(self.lingering))
+            if conn.deadline > now:
+                break
+            self._end_lingering(conn)
 
     # --- keep-alive: the next request is read by the main thread too ---
 
@@ -325,8 +334,7 @@ class BufferedThreadWorker(ThreadWorker):
         try:
             keepalive = fs.result() if not fs.cancelled() else False
             if not keepalive:
-                self.nr_conns -= 1
-                conn.close(graceful=True)
+                self._close_lingering(conn)
                 return
             pipelined = conn.parser.unreader.take_buffered()
             if pipelined:  # the next request, whole or in part, came with this one
@@ -341,6 +349,41 @@ class BufferedThreadWorker(ThreadWorker):
         except Exception:  # noqa: BLE001 - as gthread: a connection that cannot go on is closed
             self.nr_conns -= 1
             conn.close()
+
+    # --- closing: gthread's close_graceful lingers up to 2 s in the main thread, blocking every other connection
+    # for a client that does not close its end; here the poller waits for that instead.
+
+    def _close_lingering(self, conn):
+        """Send FIN and read what the client still sends until it closes (so no RST cuts off the answer it has not
+        read yet, RFC 9112 section 9.6), for LINGER_SECONDS at most."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+            conn.sock.setblocking(False)
+        except OSError:
+            self.nr_conns -= 1
+            conn.close()
+            return
+        conn.deadline = time.monotonic() + LINGER_SECONDS
+        conn.drained = 0
+        self.lingering[conn] = None
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering_readable, conn))
+
+    def _on_lingering_readable(self, conn, _sock):
+        try:
+            data = conn.sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        conn.drained += len(data)
+        if not data or conn.drained > LINGER_MAX_BYTES:
+            self._end_lingering(conn)
+
+    def _end_lingering(self, conn):
+        del self.lingering[conn]
+        self._unregister(conn)
+        self.nr_conns -= 1
+        conn.close()
 
     # --- in the thread ---
 
