@@ -309,8 +309,9 @@ def test_past_the_workers_buffer_budget_the_largest_reader_is_refused_503_and_th
 
 
 def test_clients_that_never_close_their_end_after_the_answer_do_not_stall_the_others(web):
-    """A `Connection: close` answer is followed by a linger for the client's FIN; plain gthread waits for it in the
-    main thread, up to 2 s for each such client, while no other connection is served."""
+    """A `Connection: close` answer is followed by a linger for the client's FIN, in the poller (plain gthread waits
+    for it in the main thread, up to 2 s for each such client, while no other connection is served: there this test
+    takes minutes, though each answer still comes within its generous timeout)."""
     quiet = [socket.create_connection(("127.0.0.1", web), timeout=60) for _ in range(60)]
     try:
         for s in quiet:
