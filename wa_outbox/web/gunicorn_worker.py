@@ -208,7 +208,10 @@ class BufferedThreadWorker(ThreadWorker):
             self.nr_conns -= 1
             conn.close()
 
-    def _start_reading(self, conn: ReadingConn, data: bytes):
+    def _start_reading(self, conn: ReadingConn, data: bytes, registered: bool = False):
+        """Read the next request of `conn` (`data`: its first bytes, already read). `registered`: the socket is in
+        the poller already (a kept-alive connection that has just become readable): re-pointed, and read at once,
+        without another round through the poller."""
         conn.buf = bytearray(data)
         self.buffered += len(data)
         conn.framing = Framing()
@@ -216,10 +219,15 @@ class BufferedThreadWorker(ThreadWorker):
         conn.sent_continue = False
         conn.deadline = time.monotonic() + self.read_timeout
         conn.sock.setblocking(False)
-        if data and self._complete(conn):
+        if data and not registered and self._complete(conn):
             return
         self.reading[conn] = None
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_request_readable, conn))
+        callback = partial(self.on_request_readable, conn)
+        if registered:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, callback)
+            self.on_request_readable(conn, conn.sock)
+        else:
+            self.poller.register(conn.sock, selectors.EVENT_READ, callback)
 
     def on_request_readable(self, conn: ReadingConn, _sock):
         try:
@@ -326,9 +334,8 @@ class BufferedThreadWorker(ThreadWorker):
     # --- keep-alive: the next request is read by the main thread too ---
 
     def on_client_socket_readable(self, conn, client):
-        self.poller.unregister(client)
         self.keepalived_conns.remove(conn)
-        self._start_reading(conn, b"")
+        self._start_reading(conn, b"", registered=True)
 
     def finish_request(self, conn, fs):
         try:
