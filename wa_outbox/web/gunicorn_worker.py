@@ -11,7 +11,9 @@ and runs the app as before (the webhook's commit-before-200 is untouched).
 Per request: WA_OUTBOX_REQUEST_READ_TIMEOUT seconds from its first byte (from the accept for a new connection), else
 408 and close; at most WA_OUTBOX_WEBHOOK_MAX_BYTES of body plus HEAD_ALLOWANCE buffered, else 431 (head) or 413
 (body) and close; a declared Content-Length over the limit goes to the app at once, which answers its 413. Per
-worker: gunicorn's worker_connections; past it the connection that has waited longest for its request is shed.
+worker: gunicorn's worker_connections, past which the connection that has waited longest for its request is shed;
+BUDGET_REQUESTS requests' worth of buffered bytes, past which the largest reader gets a 503. A connection closed
+after its answer lingers for the client's FIN in the poller, never in the main thread.
 """
 
 from __future__ import annotations
