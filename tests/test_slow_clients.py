@@ -323,3 +323,25 @@ def test_clients_that_never_close_their_end_after_the_answer_do_not_stall_the_ot
     finally:
         for s in quiet:
             s.close()
+
+
+
+def test_past_worker_connections_the_longest_waiting_reader_is_shed_and_newcomers_are_served(database_url):
+    limit = 1000  # gunicorn_conf.worker_connections, per worker: here one worker
+    with _gunicorn(database_url, WEB_CONCURRENCY="1") as port:
+        held = []
+        try:
+            for _ in range(limit):
+                s = socket.create_connection(("127.0.0.1", port), timeout=60)
+                s.sendall(b"POST /webhooks/whatsapp HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                held.append(s)
+            # the worker now holds `limit` connections (accepted in order); each newcomer sheds the oldest reader
+            answers = [requests.get(f"http://127.0.0.1:{port}/healthz", timeout=60).status_code for _ in range(3)]
+            assert answers == [200] * 3
+            first = held[0]
+            first.settimeout(60)
+            data = first.recv(65536)  # shed (not timed out: that answer names the deadline)
+            assert data.startswith(b"HTTP/1.1 408 ") and b'"request not received in time"' in data, data
+        finally:
+            for s in held:
+                s.close()
