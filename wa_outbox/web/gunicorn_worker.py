@@ -197,6 +197,7 @@ class BufferedThreadWorker(ThreadWorker):
         if self.nr_conns > self.max_connections:
             self._shed()
         self._start_reading(conn, b"")
+        self.on_request_readable(conn, client_sock)  # a client sends its request at once: often it is here already
 
     def _shed(self):
         """Make room for a newcomer: the connection that has waited longest for its request, else the oldest idle
