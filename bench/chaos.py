@@ -12,6 +12,9 @@ which injects 5xx, timeouts, lost responses, 130429, 131056 and permanent errors
   carry NUL, which each way must refuse (HTTP: a 4xx) and leave no trace of;
 - customers write in (signed inbound webhooks, some texts with NUL), and poison webhooks arrive: NUL and lone
   surrogates in texts, a status with an absurd timestamp, a contact whose profile is a string, nesting too deep;
+- TRICKLERS connections send a webhook POST's head, then a byte a second (bench/slow_clients.py), and are
+  reopened whenever the web cuts them off: they must hold no web thread (everything here stays clean beside them)
+  and be cut off with a 408 (WA_OUTBOX_REQUEST_READ_TIMEOUT);
 - a worker is SIGKILLed every 3 s and restarted; the web process is restarted; Postgres is stopped with a fast
   shutdown and started, then crashed (`-m immediate`), and while it is down a 4th worker is started, which must wait
   for it and then work; every process reconnects by itself.
@@ -57,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._results import add_json_argument, write  # noqa: E402
 from bench.pacing import busiest_window  # noqa: E402
+from bench.slow_clients import Tricklers  # noqa: E402
 from wa_outbox import InvalidMessage, enqueue, enqueue_many, migrate  # noqa: E402
 from wa_outbox.simulator import SimulatorServer  # noqa: E402
 from wa_outbox.webhooks import sign  # noqa: E402
@@ -69,6 +73,7 @@ PERMANENT = r"77$"    # recipients ending in 77: the simulator refuses them for 
 WORKERS = 3           # killed and restarted in turn; a 4th, started while Postgres is down, is left alone
 FINAL = ("sent", "delivered", "read", "failed", "dead")
 ENQUEUE_THREADS = 4
+TRICKLERS = 20        # slow clients beside the traffic, always this many connected
 BATCH = 25            # messages per transaction (SQL function, Python enqueue) or per enqueue_many call
 STEPS = ("sent", "delivered", "read")  # the statuses the simulator posts for an accepted message
 # The run's clock: the full run keeps production-like windows; --quick (CI) shortens what only adds waiting. Its
@@ -702,6 +707,13 @@ def audit(run: dict) -> tuple[list[str], dict]:
     if run["late_exit"] is not None:
         problems.append(f"the worker started while Postgres was down exited ({run['late_exit']})")
 
+    # The slow clients were cut off by the read deadline (a restart of the web cuts them off without one).
+    tricklers = run["tricklers"]
+    figures["tricklers"] = {"opened": tricklers.opened, "cut_off": tricklers.cut_off,
+                            "answered_408": tricklers.answered_408}
+    if not tricklers.answered_408:
+        problems.append(f"no trickling connection was answered 408 ({tricklers.cut_off} cut off without it)")
+
     figures["series"] = per_second_series(run["t0"], accepted, errors)
     return problems, figures
 
@@ -753,6 +765,8 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
             f["late_worker_sends"] > 0, unit="claims"),
         row(f"/metrics series added by 300 invented methods, paths, queries (of {flood['metrics_series']})",
             flood["series_added_by_300_more"], "= 0", flood["series_added_by_300_more"] == 0, unit="series"),
+        row(f"trickling connections cut off with a 408 ({TRICKLERS} connected throughout)",
+            f["tricklers"]["answered_408"], "> 0", f["tricklers"]["answered_408"] > 0, unit="connections"),
         row("workers SIGKILLed", procs.kills, None, None, unit="kills"),
     ]
     t0 = timeline[0][0] if timeline else 0
@@ -826,6 +840,7 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
         enqueuing.start()
         customers.start()
         strangers.start()
+        tricklers = Tricklers(web_port, TRICKLERS)
         problems: list[str] = []
         enqueued_at: list[float] = []
         try:
@@ -863,6 +878,7 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
             stop.set()
             customers.join()
             strangers.join()
+            tricklers.close()
 
             def settled() -> bool:
                 # The simulator first, then the database, then the simulator again, unchanged: a send accepted or a
@@ -891,13 +907,15 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
             run = {"url": pg.url, "sim": sim, "enqueuer": enqueuer, "inbound": inbound, "mps": args.mps,
                    "access_log": directory / "access.log", "down": pg.down, "t0": timeline[0][0],
                    "late_pid": procs.late.pid if procs.late else None,
-                   "late_exit": procs.late.poll() if procs.late else None, "injected_130429": injected_130429}
+                   "late_exit": procs.late.poll() if procs.late else None, "injected_130429": injected_130429,
+                   "tricklers": tricklers}
             problems, figures = audit(run)
             figures["metrics_flood"] = flooded = flood.check()
             if flooded["series_added_by_300_more"] or flooded["invented_methods_on_metrics"]:
                 problems.append(f"/metrics grew under the method flood: {flooded}")
         finally:
             stop.set()
+            tricklers.close()
             procs.stop()
     return figures, problems, procs, pg_version
 
@@ -971,6 +989,8 @@ def report(n, elapsed, procs, pg, timeline, problems, f, args) -> None:
     print(f"chaos: method flood: {f['metrics_flood']['flood_requests']:,} requests with invented methods, random paths "
           f"and queries; /metrics has {f['metrics_flood']['metrics_series']} series, 300 more added "
           f"{f['metrics_flood']['series_added_by_300_more']}")
+    print(f"chaos: {TRICKLERS} trickling connections throughout: {f['tricklers']['opened']} opened, "
+          f"{f['tricklers']['cut_off']} cut off by the web, {f['tricklers']['answered_408']} of them with a 408")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("claim", "claim.py", (), ("--n", "1000", "--waiting", "2000")),
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
     Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
+    Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3")),
     Bench("outbox", "outbox.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
     Bench("pacing-80", "pacing.py", ("--mps", "80", "--seconds", "60"), ("--mps", "80", "--seconds", "10")),

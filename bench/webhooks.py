@@ -112,11 +112,13 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: subprocess.Popen | None = None) -> dict:
+def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: subprocess.Popen | None = None,
+            timeout: int = 2) -> dict:
     """One wrk run; with `server` (the gunicorn master), also the CPU seconds per POST of its workers, of the Postgres
-    backends of the bench's database and of wrk, over the run."""
-    wrk = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s",
-                            str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
+    backends of the bench's database and of wrk, over the run. A request unanswered after `timeout` seconds counts
+    as a socket error (timeout)."""
+    wrk = subprocess.Popen(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", f"--timeout={timeout}s", "--latency",
+                            "-s", str(ROOT / "bench" / "wrk_bodies.lua"), f"http://127.0.0.1:{port}"],
                            env={**os.environ, "BODIES_FILE": str(bodies)}, stdout=subprocess.PIPE, text=True)
     cpu_before = _cpu_by_process(server.pid) if server else None
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -129,12 +131,14 @@ def run_wrk(port: int, bodies: Path, duration: int, connections: int, server: su
     if wrk.returncode:
         raise SystemExit(f"wrk failed: {out}")
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     result = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
               "requests": int(re.search(r"(\d+) requests in", out).group(1)),
               "p50": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
               "p99": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
               "percentiles_ms": [[float(p), int(us) / 1000] for p, us in re.findall(r"^PCT (\S+) (\d+)$", out, re.M)],
-              "errors": int(non2xx.group(1)) if non2xx else 0}
+              "errors": int(non2xx.group(1)) if non2xx else 0,
+              "socket_errors": sum(map(int, socket_errors.groups())) if socket_errors else 0}
     if cpu_after is not None:
         result["cpu_ms_per_post"] = {k: round(v * 1000 / result["requests"], 4) for k, v in cpu_after.items()}
     return result

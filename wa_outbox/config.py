@@ -247,6 +247,8 @@ class Settings:
     # Webhook POSTs waiting for a commit are coalesced into the next INSERT (webhook_store.py): more threads, more
     # POSTs per commit (the commit's flush, not the CPU, bounded it at 4: bench/webhooks.py).
     web_threads: int = 16
+    # a request's head and body must arrive within this many seconds of its first byte, else 408 (gunicorn_worker.py)
+    request_read_timeout: float = 10.0
     db_pool_size: int = 0  # 0: one per thread, at most DEFAULT_WEB_POOL_SIZE
     # False: psycopg prepares no statement on the server (PgBouncer in transaction mode before 1.21: db.connect_options)
     db_prepared_statements: bool = True
@@ -307,6 +309,8 @@ class Settings:
                                      "a positive number of bytes"),
             web_concurrency=_parse(env, "WEB_CONCURRENCY", 2, _positive_int, "a positive number of processes"),
             web_threads=_parse(env, "WA_OUTBOX_WEB_THREADS", 16, _positive_int, "a positive number of threads"),
+            request_read_timeout=_parse(env, "WA_OUTBOX_REQUEST_READ_TIMEOUT", 10.0, _positive_float,
+                                        "a positive number of seconds, e.g. 10"),
             db_pool_size=_parse(env, "WA_OUTBOX_DB_POOL_SIZE", 0, _positive_int, "a positive number of connections"),
             db_prepared_statements=_parse(env, "WA_OUTBOX_DB_PREPARED_STATEMENTS", True, _bool,
                                           "true or false (false behind PgBouncer in transaction mode before 1.21)"),

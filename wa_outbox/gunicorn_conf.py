@@ -4,6 +4,7 @@ Runs in the gunicorn master before any worker starts, so a configuration error i
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -21,7 +22,9 @@ except ConfigError as _exc:
 bind = os.environ.get("WA_OUTBOX_BIND") or f"0.0.0.0:{_settings.port}"
 workers = _settings.web_concurrency          # Heroku sets WEB_CONCURRENCY from the dyno size
 threads = _settings.web_threads              # gthread: keep-alive; webhook POSTs waiting on a commit share the next one
-worker_class = "gthread"
+# gthread, with each request read whole by the main thread before a thread gets it: a slow client holds no thread
+worker_class = "wa_outbox.web.gunicorn_worker.BufferedThreadWorker"
+worker_connections = 1000  # per worker: reading, in the pool or kept alive; past it the oldest reader is shed
 timeout = 30
 graceful_timeout = 25                        # Heroku sends SIGKILL 30 s after SIGTERM
 keepalive = 5
@@ -55,8 +58,18 @@ class AccessLogOnlyWhenAsked(Logger):
 
 logger_class = AccessLogOnlyWhenAsked
 
-# Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode).
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-outbox-metrics-"))
+# Metrics from every worker process, aggregated at /metrics (prometheus_client multiprocess mode). A directory made
+# here is this master's own and goes when it exits; one given in PROMETHEUS_MULTIPROC_DIR is left alone.
+_made_metrics_dir = None
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    _made_metrics_dir = tempfile.mkdtemp(prefix="wa-outbox-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _made_metrics_dir
+
+
+def on_exit(server):
+    # After a USR2 re-exec the new master inherited the directory in its environment: the old one leaves it.
+    if _made_metrics_dir and not server.reexec_pid:
+        shutil.rmtree(_made_metrics_dir, ignore_errors=True)
 
 
 def child_exit(server, worker):
