@@ -13,7 +13,6 @@ JSON. https://developers.facebook.com/docs/whatsapp/cloud-api/guides/send-messag
 from __future__ import annotations
 
 import csv
-import dataclasses
 import datetime
 import hashlib
 import io
@@ -397,20 +396,6 @@ def steer(engine: sa.Engine, name: str, action: str, *, actor: str,
         raise CampaignNotFound(f"no campaign {name!r}") from None
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
         raise CampaignConflict(exc.diag.message_primary) from None
-
-
-# wa_outbox/cli.py's dict-returning forms, until it calls `steer` (issue 16: then delete them).
-
-def pause(engine: sa.Engine, name: str, *, actor: str, reason: str | None = None) -> dict[str, Any]:
-    return dataclasses.asdict(steer(engine, name, "pause", actor=actor, reason=reason))
-
-
-def resume(engine: sa.Engine, name: str, *, actor: str) -> dict[str, Any]:
-    return dataclasses.asdict(steer(engine, name, "resume", actor=actor))
-
-
-def cancel(engine: sa.Engine, name: str, *, actor: str) -> dict[str, Any]:
-    return dataclasses.asdict(steer(engine, name, "cancel", actor=actor))
 
 
 # --- reading ---------------------------------------------------------------------------------------------------------

@@ -180,38 +180,3 @@ def cancel(engine: sa.Engine, ids: list[int], *, actor: str) -> dict[int, tuple[
     status now and whether this call cancelled it; ids that match no message are absent."""
     return {row.id: (row.status, row.cancelled) for row in queries.cancel(engine, ids=list(ids), actor=actor)}
 
-
-# --- wa_outbox/cli.py's dict-returning forms, until it calls wa_outbox.queries (issue 16: then delete them) ---------
-
-def enqueue(engine: sa.Engine, **request: Any) -> tuple[int, str, bool]:
-    """accept_message as (id, status, created)."""
-    accepted = accept_message(engine, **request)
-    return accepted.id, accepted.status, accepted.created
-
-
-def get(engine: sa.Engine, notification_id: int) -> dict[str, Any] | None:
-    found = queries.get_notification(engine, id=notification_id)
-    return None if found is None else dataclasses.asdict(found)
-
-
-def find(engine: sa.Engine, term: str, limit: int = 20) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(row) for row in find_messages(engine, term, limit)]
-
-
-def list_dead(engine: sa.Engine, *, limit: int = 50, before_id: int | None = None,
-              code: int | None = None) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(row) for row in queries.list_dead(engine, limit=limit, before_id=before_id, code=code)]
-
-
-def ratelimits(engine: sa.Engine) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(row) for row in queries.ratelimit_show(engine)]
-
-
-def set_ratelimit(engine: sa.Engine, phone_number_id: str, mps: float, burst: float | None,
-                  resume: bool) -> dict[str, Any]:
-    return dataclasses.asdict(queries.ratelimit_set(engine, phone_number_id=phone_number_id, mps=mps, burst=burst,
-                                                    resume=resume))
-
-
-def resume_sender(engine: sa.Engine, phone_number_id: str) -> dict[str, Any]:
-    return dataclasses.asdict(queries.resume_sender(engine, phone_number_id=phone_number_id))

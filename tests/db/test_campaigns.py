@@ -206,7 +206,7 @@ def import_rows(engine, name: str, n: int, first: int = 5511900000000) -> None:
 def test_pause_stops_claims_at_once_and_resume_brings_them_back_with_attempts_intact(db, sender, engine):
     import_rows(engine, "spring", 6)
     [in_flight] = claim(engine, limit=1)  # one send in flight when the operator pauses
-    assert campaigns.pause(engine, "spring", actor="test")["moved"] == 6  # 5 queued + the one in flight
+    assert campaigns.steer(engine, "spring", "pause", actor="test").moved == 6  # 5 queued + the one in flight
     db.execute("SELECT wa_outbox.enqueue('+5511987654321', '{\"type\": \"text\", \"text\": {\"body\": \"order\"}}')")
     claimed = claim(engine)
     assert [r["recipient"] for r in claimed] == ["5511987654321"]  # the transactional one only
@@ -221,8 +221,8 @@ def test_pause_stops_claims_at_once_and_resume_brings_them_back_with_attempts_in
     import_rows(engine, "spring", 2, first=5511800000000)
     assert claim(engine) == []
 
-    resumed = campaigns.resume(engine, "spring", actor="test")
-    assert (resumed["status"], resumed["moved"]) == ("active", 8)
+    resumed = campaigns.steer(engine, "spring", "resume", actor="test")
+    assert (resumed.status, resumed.moved) == ("active", 8)
     back = {r["id"]: r["attempts"] for r in claim(engine)}
     assert len(back) == 8
     assert back[in_flight["id"]] == 2  # its first attempt kept, this claim the second
@@ -319,10 +319,10 @@ def test_a_spam_limit_answer_pauses_the_campaign_and_alerts(db, sender, sim, set
 def test_a_dead_campaign_message_retried_while_paused_stays_parked(db, sender, engine, run):
     import_rows(engine, "spring", 2)
     db.execute("UPDATE wa_outbox.notifications SET status = 'dead' WHERE id = 1")
-    campaigns.pause(engine, "spring", actor="test")
+    campaigns.steer(engine, "spring", "pause", actor="test")
     assert run("dlq", "retry", "1").exit_code == 0
     assert claim(engine) == []
-    campaigns.resume(engine, "spring", actor="test")
+    campaigns.steer(engine, "spring", "resume", actor="test")
     assert sorted(r["id"] for r in claim(engine)) == [1, 2]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import API_TOKEN
 from wa_outbox import db as wa_db
-from wa_outbox import ops, outbox
+from wa_outbox import ops, queries
 from wa_outbox.queries import MinuteFlows
 from wa_outbox.web.ops_views import session_key, token_matches
 
@@ -410,12 +410,12 @@ def test_resume_sender_is_safe_to_repeat_and_unknown_senders_move_nothing(logged
     from wa_outbox.db import create_engine
     engine = create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
     try:
-        unknown = outbox.resume_sender(engine, "999")
-        assert unknown["was_paused_until"] is None and unknown["moved"] == 0
+        unknown = queries.resume_sender(engine, phone_number_id="999")
+        assert unknown.was_paused_until is None and unknown.moved == 0
         db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, paused_until) "
                    "VALUES ('999', 1, 1, 0, now() + interval '1 minute')")
-        assert outbox.resume_sender(engine, "999")["was_paused_until"] is not None
-        assert outbox.resume_sender(engine, "999")["moved"] == 0
+        assert queries.resume_sender(engine, phone_number_id="999").was_paused_until is not None
+        assert queries.resume_sender(engine, phone_number_id="999").moved == 0
     finally:
         engine.dispose()
     assert wa_db.safe_to_repeat("resume_sender")

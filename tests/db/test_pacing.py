@@ -245,7 +245,7 @@ def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_
 
 
 def test_resume_moves_only_what_the_pause_deferred(db, sender, settings):
-    from wa_outbox import outbox
+    from wa_outbox import queries
     from wa_outbox.db import create_engine
     engine = create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
     try:
@@ -255,12 +255,12 @@ def test_resume_moves_only_what_the_pause_deferred(db, sender, settings):
         db.execute("UPDATE wa_outbox.notifications SET next_attempt_at = CASE id "
                    "WHEN %s THEN now() + interval '5 minutes' WHEN %s THEN now() + interval '5 minutes 2 seconds' "
                    "ELSE now() + interval '24 hours' END", (ids[0], ids[1]))
-        r = outbox.resume_sender(engine, SENDER)
-        assert r["moved"] == 2 and r["pause_reason"] == "test"
+        r = queries.resume_sender(engine, phone_number_id=SENDER)
+        assert r.moved == 2 and r.pause_reason == "test"
         due = [row[0] for row in db.execute("SELECT id FROM wa_outbox.notifications WHERE next_attempt_at <= now() "
                                             "ORDER BY id").fetchall()]
         assert due == ids[:2]  # the one waiting a day on a retry delay of its own keeps it
-        assert outbox.resume_sender(engine, "999")["moved"] == 0  # no bucket yet: nothing to do
+        assert queries.resume_sender(engine, phone_number_id="999").moved == 0  # no bucket yet: nothing to do
     finally:
         engine.dispose()
 

@@ -126,8 +126,8 @@ def test_log_in_find_a_message_by_phone_number_and_see_its_timeline(browser, ops
 
     from wa_outbox import outbox
     from wa_outbox.web import engine_of
-    notification_id, _, _ = outbox.enqueue(engine_of(app), to="+55 11 98765-4321",
-                                           message={"type": "text", "text": {"body": "Your order shipped"}})
+    notification_id = outbox.accept_message(engine_of(app), to="+55 11 98765-4321",
+                                            message={"type": "text", "text": {"body": "Your order shipped"}}).id
     with running_worker(worker_settings(settings, sim.base_url)):
         wait_for(lambda: _status(db, notification_id) == "read", timeout=TIMEOUT, what="the message to be read")
 

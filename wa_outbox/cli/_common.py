@@ -39,7 +39,8 @@ def _record_default_sender(settings: Settings) -> None:
     """Tell SQL-side enqueue() which sender to use when the caller names none."""
     if not settings.phone_number_id:
         return
-    from ..db import connect, query
+    from .. import queries
+    from ..db import connect
     with connect(settings, autocommit=True) as conn:
-        conn.execute(query("record_default_sender"), {"phone_number_id": settings.phone_number_id})
+        queries.record_default_sender(conn, phone_number_id=settings.phone_number_id)
 

@@ -3,9 +3,14 @@ people."""
 
 from __future__ import annotations
 
+import dataclasses
 import json as _json
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from ..queries import Notification
 
 
 _JSON_TYPE_OIDS = {114, 3802, 199, 3807}  # json, jsonb, json[], jsonb[]
@@ -43,20 +48,22 @@ def _json_default(value):
 
 
 
-def _echo_json(row: dict) -> None:
-    """One result as one line of JSON on stdout (`--json`)."""
+def _echo_json(row: Any) -> None:
+    """One result as one line of JSON on stdout (`--json`): a dict, or a row of wa_outbox.queries (its fields in
+    their order, the keys the dict rows had)."""
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        row = dataclasses.asdict(row)
     click.echo(_json.dumps(row, default=_json_default, ensure_ascii=False))
 
 
-def _print_notification(n: dict) -> None:
-    import json as _json
-    click.echo(f"message {n['id']}: {n['status']} (attempt {n['attempts']}"
-               + (f"/{n['max_attempts']})" if n["max_attempts"] else ")"))
-    click.echo(f"  to +{n['recipient']} from {n['phone_number_id']}, wamid {n['wamid'] or '-'}, "
-               f"correlation id {n['correlation_id'] or '-'}")
-    if n["last_error"]:
-        click.echo(f"  last error: {n['last_error'].get('message')}")
-    for e in n["timeline"]:
+def _print_notification(n: Notification) -> None:
+    click.echo(f"message {n.id}: {n.status} (attempt {n.attempts}"
+               + (f"/{n.max_attempts})" if n.max_attempts else ")"))
+    click.echo(f"  to +{n.recipient} from {n.phone_number_id}, wamid {n.wamid or '-'}, "
+               f"correlation id {n.correlation_id or '-'}")
+    if n.last_error:
+        click.echo(f"  last error: {n.last_error.get('message')}")
+    for e in n.timeline:
         detail = {k: v for k, v in (e.get("detail") or {}).items() if v is not None}
         click.echo(f"  {e['at'][:23]}  {e['event']:<16} attempt {e['attempt']}  "
                    f"{_json.dumps(detail, ensure_ascii=False) if detail else ''}")

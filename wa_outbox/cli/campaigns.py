@@ -5,12 +5,16 @@ from __future__ import annotations
 import json as _json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from ._common import _engine, _settings
 from ._errors import CliError
 from ._output import _json_default, _tsv
+
+if TYPE_CHECKING:
+    from ..queries import CampaignSteered
 
 
 @click.group()
@@ -145,10 +149,10 @@ def campaign_show(name: str, as_json: bool) -> None:
         _print_campaign(found)
 
 
-def _steer(name: str, action: str, **kwargs) -> dict:
+def _steer(name: str, action: str, reason: str | None = None) -> CampaignSteered:
     from .. import campaigns
     try:
-        return getattr(campaigns, action)(_engine(_settings()), name, actor="cli", **kwargs)
+        return campaigns.steer(_engine(_settings()), name, action, actor="cli", reason=reason)
     except campaigns.CampaignError as exc:
         raise _campaign_error(exc) from None
 
@@ -159,7 +163,7 @@ def _steer(name: str, action: str, **kwargs) -> dict:
 def campaign_pause(name: str, reason: str | None) -> None:
     """Stop claiming the campaign's messages now; in-flight sends finish, retries wait. Nothing is lost."""
     r = _steer(name, "pause", reason=reason)
-    click.echo(f"campaign {name}: paused, {r['moved']} messages parked")
+    click.echo(f"campaign {name}: paused, {r.moved} messages parked")
 
 
 @campaign.command("resume")
@@ -167,7 +171,7 @@ def campaign_pause(name: str, reason: str | None) -> None:
 def campaign_resume(name: str) -> None:
     """Let the campaign's messages go again, attempts as they were."""
     r = _steer(name, "resume")
-    click.echo(f"campaign {name}: active, {r['moved']} messages due again")
+    click.echo(f"campaign {name}: active, {r.moved} messages due again")
 
 
 @campaign.command("cancel")
@@ -175,5 +179,5 @@ def campaign_resume(name: str) -> None:
 def campaign_cancel(name: str) -> None:
     """Cancel every still-queued message of the campaign (each gets a timeline event); no more imports into it."""
     r = _steer(name, "cancel")
-    click.echo(f"campaign {name}: cancelled, {r['moved']} queued messages cancelled")
+    click.echo(f"campaign {name}: cancelled, {r.moved} queued messages cancelled")
 

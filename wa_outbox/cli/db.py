@@ -37,25 +37,27 @@ def db_downgrade(revision: str) -> None:
     migrate.downgrade(settings.database_url, revision, prepared_statements=settings.db_prepared_statements)
     at = _schema_at(settings)
     if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
-        from ..db import connect, query
+        from .. import queries
+        from ..db import connect
         with connect(settings, autocommit=True) as conn:
-            conn.execute(query("drop_empty_schema"))
+            queries.drop_empty_schema(conn)
     click.echo(f"wa-outbox: schema at {at}")
 
 
 def _schema_at(settings: Settings) -> str:
     """The applied revision, or `base` when none is (the schema is gone)."""
     import psycopg
-    from ..db import connect, query
+    from .. import queries
+    from ..db import connect
     with connect(settings, autocommit=True) as conn:
         try:
-            row = conn.execute(query("schema_version")).fetchone()
+            version = queries.schema_version(conn)
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             return "base"
-    if not row:
+    if version is None:
         return "base"
     from .. import migrate
-    return f"head ({row[0]})" if row[0] == migrate.head() else row[0]
+    return f"head ({version})" if version == migrate.head() else version
 
 
 @db.command("current")

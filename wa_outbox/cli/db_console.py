@@ -36,7 +36,8 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
     transaction with a statement and a lock timeout. Anything else is refused before it runs. With `--write` it runs
     in its own transaction, committed."""
     import psycopg
-    from ..db import connect, query
+    from .. import queries
+    from ..db import connect
     from . import _readonly
     if write:
         given = [name for name in READ_ONLY_ONLY
@@ -60,14 +61,14 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
         conn.read_only = not write
         with conn.cursor() as cursor:
             if inspected is not None and not write:
-                cursor.execute(query("console_begin"), {
-                    "statement_timeout": f"{statement_timeout * 1000:.0f}ms",
-                    "lock_timeout": f"{lock_timeout * 1000:.0f}ms", "role": as_role})
+                # Both in this connection's READ ONLY transaction, before the statement.
+                queries.console_begin(conn, statement_timeout=f"{statement_timeout * 1000:.0f}ms",
+                                      lock_timeout=f"{lock_timeout * 1000:.0f}ms", role=as_role)
                 functions, operators = sorted(inspected.functions), sorted(inspected.operators)
-                cursor.execute(query("console_volatile_calls"), {
-                    "function_schemas": [s for s, _ in functions], "function_names": [n for _, n in functions],
-                    "operator_schemas": [s for s, _ in operators], "operator_names": [n for _, n in operators]})
-                refusal = _readonly.volatile_refusal(cursor.fetchall())
+                volatile = queries.console_volatile_calls(
+                    conn, function_schemas=[s for s, _ in functions], function_names=[n for _, n in functions],
+                    operator_schemas=[s for s, _ in operators], operator_names=[n for _, n in operators])
+                refusal = _readonly.volatile_refusal((v.kind, v.schema, v.name) for v in volatile)
                 if refusal:
                     raise CliError(f"refused, nothing was run: {refusal}")
             try:
@@ -115,7 +116,8 @@ def db_support_role(name: str, password_stdin: bool) -> None:
     (notification_timeline, queue_health, …) only, no access to its tables; by default read-only sessions with a
     30 s statement and a 2 s lock timeout when it logs in. Safe to repeat."""
     from psycopg import sql as q
-    from ..db import connect, query
+    from .. import queries
+    from ..db import connect
     if not name or len(name.encode()) > 63 or "\x00" in name:
         raise click.BadParameter("a role name of 1 to 63 bytes", param_hint="NAME")
     password = None
@@ -126,10 +128,10 @@ def db_support_role(name: str, password_stdin: bool) -> None:
     role = q.Identifier(name)
     # DDL names its role as an identifier, which no placeholder can stand for: composed with psycopg.sql (quoted).
     with connect(_settings(), application_name="wa-outbox-cli") as conn:
-        state = conn.execute(query("support_role_state"), {"name": name}).fetchone()
-        exists, privileged, is_me, i_am_superuser, i_am_member, views = state
-        if is_me or privileged:
-            raise CliError(f"role {name} is {'the role running this' if is_me else 'privileged'}: "
+        state = queries.support_role_state(conn, name=name)
+        exists, views = state.exists, state.views
+        if state.is_me or state.privileged:
+            raise CliError(f"role {name} is {'the role running this' if state.is_me else 'privileged'}: "
                            "not made a support role (choose another name)")
         if not exists:
             conn.execute(q.SQL("CREATE ROLE {} NOLOGIN NOINHERIT").format(role))
@@ -146,7 +148,7 @@ def db_support_role(name: str, password_stdin: bool) -> None:
         conn.execute(q.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA wa_outbox FROM {}").format(role))
         for view in views:
             conn.execute(q.SQL("GRANT SELECT ON {} TO {}").format(q.Identifier("wa_outbox", view), role))
-        if not i_am_superuser and not i_am_member:  # so that `db query --as-role` may SET ROLE to it
+        if not state.i_am_superuser and not state.i_am_member:  # so that `db query --as-role` may SET ROLE to it
             conn.execute(q.SQL("GRANT {} TO CURRENT_USER").format(role))
     login = "LOGIN, password set" if password is not None else "existing login kept" if exists else "NOLOGIN"
     click.echo(f"wa-outbox: role {name} ({'updated' if exists else 'created'}, {login}): USAGE on schema wa_outbox, "

@@ -19,8 +19,8 @@ def dlq() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per dead message instead of a table.")
 def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
     """List dead messages, newest first, with their reasons."""
-    from .. import outbox
-    rows = outbox.list_dead(_engine(_settings()), limit=limit, code=code)
+    from .. import queries
+    rows = queries.list_dead(_engine(_settings()), limit=limit, code=code)
     if as_json:
         for r in rows:
             _echo_json(r)
@@ -29,8 +29,8 @@ def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
     # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
     click.echo(_tsv(["id", "status", "recipient", "attempts", "died_at", "reason"]))
     for r in rows:
-        click.echo(_tsv([r["id"], r["status"], f"+{r['recipient']}", r["attempts"], f"{r['died_at']:%Y-%m-%d %H:%M:%S}",
-                         (r["last_error"] or {}).get("message", "")]))
+        click.echo(_tsv([r.id, r.status, f"+{r.recipient}", r.attempts, f"{r.died_at:%Y-%m-%d %H:%M:%S}",
+                         (r.last_error or {}).get("message", "")]))
     click.echo(f"({len(rows)} shown)", err=True)
 
 
@@ -39,8 +39,8 @@ def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The message and its timeline as one JSON object.")
 def dlq_show(notification_id: int, as_json: bool) -> None:
     """Show one message (dead or not) with its last error and whole timeline."""
-    from .. import outbox
-    found = outbox.get(_engine(_settings()), notification_id)
+    from .. import queries
+    found = queries.get_notification(_engine(_settings()), id=notification_id)
     if not found:
         raise click.ClickException(f"no message {notification_id}")
     if as_json:
@@ -77,18 +77,18 @@ def dlq_retry(ids, all_dead, code, recipient) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask.")
 def dlq_purge(ids, all_dead, older_than_days, yes) -> None:
     """Delete dead messages and their timelines, explicitly."""
-    from .. import outbox
+    from .. import outbox, queries
     if bool(ids) == all_dead:
         raise click.UsageError("give message ids, or --all")
     if all_dead and not yes:
         click.confirm("Delete every dead message" + (f" older than {older_than_days} days" if older_than_days
                                                      else "") + "?", abort=True)
     engine = _engine(_settings())
-    dead_before = {i for i in set(ids) if (row := outbox.get(engine, i)) and row["status"] == "dead"}
+    dead_before = {i for i in set(ids) if (row := queries.get_notification(engine, id=i)) and row.status == "dead"}
     purged = outbox.purge_dead(engine, ids=list(ids), all_dead=all_dead, older_than_days=older_than_days)
     click.echo(f"purged {purged}")
     # As for retry: an id that was not purged (not found, not dead, or too recent) is an error (exit status 1).
-    left = (set(ids) - dead_before) | {i for i in dead_before if outbox.get(engine, i)}
+    left = (set(ids) - dead_before) | {i for i in dead_before if queries.get_notification(engine, id=i)}
     if left:
         raise click.ClickException(f"not dead, too recent, or not found: {' '.join(map(str, sorted(left)))}")
 

@@ -36,15 +36,15 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--json") from None
     settings = _settings()
-    try:  # validated first (InvalidMessage), then one statement, safe to repeat (outbox.enqueue)
-        notification_id, status, created = outbox.enqueue(
+    try:  # validated first (InvalidMessage), then one statement, safe to repeat (outbox.accept_message)
+        accepted = outbox.accept_message(
             _engine(settings), to=to, message=message, idempotency_key=idempotency_key,
             correlation_id=correlation_id, phone_number_id=phone_number_id or settings.phone_number_id)
     except InvalidMessage as exc:
         raise click.ClickException(str(exc)) from None
     except psycopg.Error as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
-    click.echo(_tsv([notification_id, status] + ([] if created else ["(idempotency key seen before)"])))
+    click.echo(_tsv([accepted.id, accepted.status] + ([] if accepted.created else ["(idempotency key seen before)"])))
 
 
 @click.command()
@@ -53,11 +53,11 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
                                                       "by id) instead of text.")
 def status(term: str, as_json: bool) -> None:
     """Was it sent? TERM is a message id, a phone number or a correlation id."""
-    from .. import outbox
+    from .. import outbox, queries
     engine = _engine(_settings())
     shown = False
-    found = outbox.get(engine, int(term)) if term.isdigit() and len(term) < 19 else None
-    matches = [m for m in outbox.find(engine, term) if not found or m["id"] != found["id"]]
+    found = queries.get_notification(engine, id=int(term)) if term.isdigit() and len(term) < 19 else None
+    matches = [m for m in outbox.find_messages(engine, term) if not found or m.id != found.id]
     if as_json:
         for row in ([found] if found else []) + matches:
             _echo_json(row)
@@ -72,9 +72,8 @@ def status(term: str, as_json: bool) -> None:
             click.echo("")
         click.echo(_tsv(["id", "status", "recipient", "attempts", "created_at", "correlation_id", "last_error"]))
         for m in matches:
-            click.echo(_tsv([m["id"], m["status"], f"+{m['recipient']}", m["attempts"],
-                             f"{m['created_at']:%Y-%m-%d %H:%M:%S}", m["correlation_id"] or "",
-                             m["last_error"] or ""]))
+            click.echo(_tsv([m.id, m.status, f"+{m.recipient}", m.attempts, f"{m.created_at:%Y-%m-%d %H:%M:%S}",
+                             m.correlation_id or "", m.last_error or ""]))
         shown = True
     if not shown:
         raise click.ClickException(f"no message matches {term!r} (an id, a phone number or a correlation id)")

@@ -41,9 +41,9 @@ def get_campaign(name: str):
 
 @blueprint.post("/<name>/<any(pause, resume, cancel):action>")
 def steer_campaign(name: str, action: str):
-    result = getattr(campaigns, action)(_engine(), name, actor=f"api ({g.correlation_id})")
-    return jsonify(name=result["name"], status=result["status"], previous_status=result["previous_status"],
-                   moved=result["moved"])
+    result = campaigns.steer(_engine(), name, action, actor=f"api ({g.correlation_id})")
+    return jsonify(name=result.name, status=result.status, previous_status=result.previous_status,
+                   moved=result.moved)
 
 
 @blueprint.errorhandler(campaigns.CampaignNotFound)
