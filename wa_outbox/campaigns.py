@@ -20,17 +20,25 @@ import io
 import json
 import re
 import threading
-from json.encoder import encode_basestring, encode_basestring_ascii
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from json.encoder import encode_basestring, encode_basestring_ascii
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
 from . import queries
-from .messages import (InvalidMessage, check_request, message_problem, message_text, normalize_recipient,
-                       size_problem, validate_phone_number_id)
+from .messages import (
+    InvalidMessage,
+    check_request,
+    message_problem,
+    message_text,
+    normalize_recipient,
+    size_problem,
+    validate_phone_number_id,
+)
 
 CHUNK_ROWS = 5000          # rows per statement: large enough to amortize the round trip, small enough to stream
 WRITERS = 2                # chunks written at once
@@ -38,7 +46,7 @@ MAX_NAME = 200             # campaigns.name CHECK
 KEY_PREFIX = "campaign:"
 PRIORITY = 1               # claim order: transactional messages (0) first
 MEDIA_HEADERS = ("image", "video", "document")
-_NAME = re.compile(r"[^\x00-\x1f\x7f/]{1,%d}" % MAX_NAME)
+_NAME = re.compile(rf"[^\x00-\x1f\x7f/]{{1,{MAX_NAME}}}")
 _PARAM = re.compile(r"[a-z_][a-z0-9_]*")   # Meta's named parameters: lowercase letters, digits, underscores
 
 
@@ -176,8 +184,8 @@ def build_message(plan: _Plan, cells: list[str], template: str | None, lang: str
         try:
             return json.loads(raw, parse_constant=_refuse_constant)
         except (ValueError, RecursionError) as exc:
-            raise InvalidMessage(f"the message cell is not JSON: {exc if isinstance(exc, ValueError) else 'nested too deep'}"
-                                 ) from None
+            why = exc if isinstance(exc, ValueError) else "nested too deep"
+            raise InvalidMessage(f"the message cell is not JSON: {why}") from None
     check_template_cells(plan, cells)
     components = []
     header = _text_parameters(plan.header, cells)
@@ -336,7 +344,7 @@ def _item_text(item: dict[str, Any]) -> str:
     return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
 
 
-# --- writing -----------------------------------------------------------------------------------------------------------
+# --- writing ----------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Imported:
@@ -417,7 +425,7 @@ def cancel(engine: sa.Engine, name: str, *, actor: str) -> dict[str, Any]:
 
 def summaries(engine: sa.Engine, name: str | None = None, *, default_mps: float) -> list[dict[str, Any]]:
     """Campaigns (all, or the one named) with counts by status; for one, its rate and expected end."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return [summary(row, default_mps=default_mps, now=now)
             for row in queries.campaign_summaries(engine, name=name)]
 

@@ -60,5 +60,7 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="wa-ou
 
 
 def child_exit(server, worker):
-    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+    # Not at the top: prometheus_client picks its (multiprocess) value class when first imported, which in the
+    # master, whose state every worker inherits, must come after PROMETHEUS_MULTIPROC_DIR is set above.
+    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics  # noqa: PLC0415
     GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)

@@ -120,7 +120,8 @@ def message_problem(message: Any, text: str | None = None) -> str | None:
     if kind is None:
         kind = _implied_type(message)
     elif not isinstance(kind, str) or kind not in MESSAGE_TYPES:
-        return f"unknown message type {json.dumps(kind, ensure_ascii=False)}: expected one of {', '.join(MESSAGE_TYPES)}"
+        shown = json.dumps(kind, ensure_ascii=False)
+        return f"unknown message type {shown}: expected one of {', '.join(MESSAGE_TYPES)}"
     content = message.get(kind)
     if not (isinstance(content, dict) or (kind == "contacts" and isinstance(content, list))):
         return f"message of type '{kind}' needs a '{kind}' object"
@@ -206,10 +207,11 @@ def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correla
     recipient = normalize_recipient(to)
     text = _checked_text(message)
     if validate_mode is None:
-        from . import meta_schema  # the one impure step: the opt-in reads the environment
+        # the one impure step: the opt-in reads the environment
+        from . import meta_schema  # noqa: PLC0415 - `import wa_outbox` loads no configuration
         validate_mode = meta_schema.mode()
     if validate_mode == "meta":
-        from . import meta_schema
+        from . import meta_schema  # noqa: PLC0415 - as above
         problem = meta_schema.meta_problem(recipient, message)
         if problem:
             raise InvalidMessage(problem)

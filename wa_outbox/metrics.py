@@ -19,7 +19,8 @@ import enum
 import http
 import json
 import threading
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -180,7 +181,7 @@ class WorkerMetrics:
             values = dict(self._values)
             buckets, total = list(self._buckets), self._duration_sum
         running = 0
-        for bound, n in zip((*map(_le, SEND_DURATION_BUCKETS), "+Inf"), buckets):
+        for bound, n in zip((*map(_le, SEND_DURATION_BUCKETS), "+Inf"), buckets, strict=True):
             running += n
             values[series_key(f"{SEND_DURATION}_bucket", {"le": bound})] = float(running)
         values[series_key(f"{SEND_DURATION}_sum", {})] = total

@@ -9,8 +9,9 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa

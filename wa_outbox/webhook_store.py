@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 import orjson
 import psycopg

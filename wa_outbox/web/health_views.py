@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
 import psycopg
 import sqlalchemy as sa
+from flask import Blueprint, current_app, jsonify
 
 from .. import queries
+from .app_state import engine_of
 
 blueprint = Blueprint("health", __name__)
 
@@ -18,7 +19,6 @@ def healthz():
 
 @blueprint.get("/readyz")
 def readyz():
-    from . import engine_of
     try:
         version = queries.schema_version(engine_of(current_app))
     except psycopg.errors.UndefinedTable:

@@ -27,10 +27,11 @@ import uuid
 
 import psycopg
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, start_http_server
 
 from .. import db, queries
-from ..metrics import WorkerMetrics
 from ..config import Settings, redact_url, scrub
+from ..metrics import WorkerMetrics, worker_families
 from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
 from ._heartbeat import MetricsFlusher, beat, gone
@@ -53,7 +54,7 @@ CONNECT_TIMEOUT = 5        # seconds: a try must not block SIGTERM for long
 def database_not_ready(settings: Settings) -> str | None:
     """Why the worker cannot start yet (the database does not answer, or is not migrated to this version's head),
     or None when it can."""
-    from .. import migrate
+    from .. import migrate  # noqa: PLC0415 - alembic takes a second to import: only `wa-outbox worker` checks this
     try:
         with db.connect(settings, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
                         application_name="wa-outbox-worker") as conn:
@@ -152,7 +153,7 @@ class Worker:
         log.info("worker %s stopping: %d sends in flight", self.worker_id, self.sender.in_flight)
         try:
             beat(self.engine, self.worker_id, "stopping", self._info())
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best effort: stopping goes on without the database
             pass
         left = self.sender.drain(self.settings.shutdown_grace)
         if left:
@@ -168,7 +169,7 @@ class Worker:
             log.warning("could not retire this worker's metrics: %s", one_line(exc))
         try:
             gone(self.engine, self.worker_id)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best effort: a stale heartbeat row is only shown as not alive
             pass
         self.transport.close()
         if self._metrics_server is not None:
@@ -224,7 +225,7 @@ class Worker:
                             scrub(one_line(exc), self.settings.database_url))
                 self.stopping.wait(delay)
                 continue
-            except Exception:  # noqa: BLE001 - keep going; the lease returns the batch to the queue
+            except Exception:  # keep going; the lease returns the batch to the queue
                 log.exception("inbound batch failed")
             self.stopping.wait(INBOUND_IDLE_WAIT)
 
@@ -240,9 +241,6 @@ class Worker:
 
     def _serve_metrics(self, port: int) -> None:
         """This worker's own metrics on http://0.0.0.0:<port>/metrics, where the platform lets it be scraped."""
-        from prometheus_client import CollectorRegistry, start_http_server
-        from ..metrics import worker_families
-
         metrics = self.metrics
 
         class _Collector:
@@ -269,5 +267,5 @@ class Worker:
                 step()
             except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away: the next round retries
                 log.warning("maintenance step failed: %s", scrub(one_line(exc), self.settings.database_url))
-            except Exception:  # noqa: BLE001 - one failing step must not stop the others
+            except Exception:  # one failing step must not stop the others
                 log.exception("maintenance step failed")

@@ -40,8 +40,8 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from .. import logs, queries
-from ..metrics import WorkerMetrics, send_outcome
 from ..config import Settings, scrub
+from ..metrics import WorkerMetrics, send_outcome
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
 from ._outcomes import Claimed, outcome, released, request_body
@@ -372,7 +372,7 @@ class Sender:
         try:
             result = self.transport.send(row.phone_number_id, request_body(row))
             decision = classify(result)
-        except Exception as exc:  # noqa: BLE001 - a bug of ours mid-send: we cannot know what went out
+        except Exception as exc:  # a bug of ours mid-send: we cannot know what went out
             log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
             result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
         else:
@@ -491,7 +491,8 @@ class Sender:
         status = entry["status"]
         key = send_outcome(status, bool(entry.get("refund"))).value
         self.stats[key] += 1
-        self.metrics.count("wa_outbox_sends_total", outcome=key, code="none" if decision.code is None else decision.code)
+        code = "none" if decision.code is None else decision.code
+        self.metrics.count("wa_outbox_sends_total", outcome=key, code=code)
         if status == "dead":
             self.metrics.count("wa_outbox_dead_letters_total", queue="notifications")
         level = {"sent": logging.DEBUG, "dead": logging.WARNING}.get(status, logging.INFO)

@@ -81,7 +81,8 @@ class DryRunTransport:
     """Accepts everything without a network call: the queue machinery alone (staging, benchmarks)."""
 
     def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult:
-        return SendResult(http_status=200, body={"messages": [{"id": f"wamid.dryrun.{body.get('biz_opaque_callback_data')}"}]})
+        wamid = f"wamid.dryrun.{body.get('biz_opaque_callback_data')}"
+        return SendResult(http_status=200, body={"messages": [{"id": wamid}]})
 
     def close(self) -> None:
         pass
