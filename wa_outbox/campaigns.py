@@ -20,7 +20,7 @@ import io
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring, encode_basestring_ascii
@@ -256,6 +256,7 @@ class _TemplateRows:
         if "\x00" in "".join(cells):
             raise InvalidMessage("the row contains a NUL character (\\u0000), which Postgres cannot store")
         recipient = normalize_recipient(cells[plan.to])
+        assert self._text is not None and self._key is not None  # read_csv uses only usable rows
         form, columns = self._text
         text = form.format(*[encode_basestring(cells[c]) for c in columns])
         problem = size_problem(text)
@@ -279,9 +280,11 @@ def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
     except csv.Error as exc:
         raise InvalidCsv(f"line 1: {exc}") from None
     plan = _plan(header, template, lang)
-    rows = _TemplateRows(plan, name, template, lang) if plan.message is None else None
-    if rows is not None and not rows.usable:
-        rows = None
+    rows = None
+    if plan.message is None and template and lang:  # (a template plan has both: _plan said so)
+        rows = _TemplateRows(plan, name, template, lang)
+        if not rows.usable:
+            rows = None
     result = ReadRows()
     keys: set[str] = set()
     line = reader.line_num + 1
@@ -354,7 +357,7 @@ class Imported:
     present: int
 
 
-def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: list[dict[str, Any] | str],
+def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: Sequence[dict[str, Any] | str],
                  default_sender: str | None = None, chunk_rows: int = CHUNK_ROWS, writers: int = WRITERS,
                  progress: Callable[[int], None] | None = None) -> Imported:
     """Write validated items ({"to", "message", "idempotency_key"}, or that as JSON text, as read_csv gives them)
@@ -371,7 +374,7 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
         return Imported(None, None, 0, 0)
     progress_lock = threading.Lock()
 
-    def write(chunk: list[dict[str, Any]]) -> queries.CampaignChunk:
+    def write(chunk: Sequence[dict[str, Any] | str]) -> queries.CampaignChunk:
         try:
             row = queries.enqueue_campaign(
                 engine, name=name, phone_number_id=phone_number_id, default_sender=default_sender,

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from .retry import RetryPolicy
@@ -357,9 +357,16 @@ class Settings:
         """Raise ConfigError for the first of the named settings that is unset (the process's role needs it)."""
         for name in names:
             if not getattr(self, name):
-                var, why = _REQUIRED_HELP[name]
-                raise ConfigError(f"{var} is not set: {why}")
+                raise _unset(name)
         return self
+
+    def required(self, name: RequiredText) -> str:
+        """The value of a setting the caller's role requires (require_web, require_worker): ConfigError when it is
+        unset, as require() says it."""
+        value = getattr(self, name)
+        if not value:
+            raise _unset(name)
+        return value
 
     def require_web(self) -> Settings:
         return self.require("database_url", "app_secret", "verify_token", "api_tokens")
@@ -435,6 +442,15 @@ def _port(raw: str) -> int:
     if not 1 <= value <= 65535:
         raise ValueError
     return value
+
+
+# The text settings some role requires (unset: None), by field name: what Settings.required() reads.
+RequiredText = Literal["database_url", "access_token", "app_secret", "verify_token", "phone_number_id"]
+
+
+def _unset(name: str) -> ConfigError:
+    var, why = _REQUIRED_HELP[name]
+    return ConfigError(f"{var} is not set: {why}")
 
 
 _REQUIRED_HELP = {

@@ -125,10 +125,12 @@ def message_problem(message: Any, text: str | None = None) -> str | None:
     content = message.get(kind)
     if not (isinstance(content, dict) or (kind == "contacts" and isinstance(content, list))):
         return f"message of type '{kind}' needs a '{kind}' object"
-    if kind == "text" and not isinstance(content.get("body"), str):
-        return "a text message needs text.body (a string of at most 4096 characters)"
-    if kind == "text" and len(content["body"]) > 4096:
-        return f"text.body is {len(content['body'])} characters; the Cloud API allows 4096"
+    if kind == "text" and isinstance(content, dict):  # (a text message's content is an object: said above)
+        body = content.get("body")
+        if not isinstance(body, str):
+            return "a text message needs text.body (a string of at most 4096 characters)"
+        if len(body) > 4096:
+            return f"text.body is {len(body)} characters; the Cloud API allows 4096"
     tracker = message.get("biz_opaque_callback_data")
     if tracker is not None and not isinstance(tracker, str):
         return "`biz_opaque_callback_data` must be a string"
@@ -160,6 +162,7 @@ def _checked_text(message: Any) -> str:
     problem = message_problem(message, text)
     if problem:
         raise InvalidMessage(problem)
+    assert text is not None  # anything but an object has a problem
     return text
 
 

@@ -56,8 +56,8 @@ class SendOutcome(enum.StrEnum):
 
 def send_outcome(status: str, refund: bool) -> SendOutcome:
     """A send's record_outcomes entry (its new status, whether the attempt was given back) as its outcome label."""
-    known = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
-             MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
+    known: dict[str, SendOutcome] = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
+                                     MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
     return known.get(status, SendOutcome.THROTTLED if refund else SendOutcome.RETRY)
 
 

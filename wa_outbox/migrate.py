@@ -13,6 +13,8 @@ from alembic import command, context, op
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
+from . import db
+
 
 def _migrations_dir() -> Path:
     try:  # installed (wheel or editable): migrations/ as the subpackage setup.py maps it to
@@ -43,7 +45,7 @@ def run_sql_file(name: str) -> None:
     checkout's alembic.ini, the repository's — so a revision script imports this the same way everywhere."""
     sql = (Path(context.script.dir) / "sql" / name).read_text()
     # Straight to psycopg, without parameters: it sends the file as one batch (many statements, `%` left alone).
-    op.get_bind().connection.driver_connection.execute(sql)
+    db.psycopg_connection(op.get_bind()).execute(sql)
 
 
 def revisions() -> list[str]:

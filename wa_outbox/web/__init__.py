@@ -36,7 +36,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     # Every statement the web app runs is a transaction on its own (or opens one explicitly), so its pool is in
     # autocommit: no BEGIN/COMMIT round trips, no isolation level switched per checkout.
     app.extensions["wa_outbox.engine"] = engine or create_engine(
-        settings.database_url,
+        settings.required("database_url"),
         pool_size=settings.db_pool_size or min(settings.web_threads, DEFAULT_WEB_POOL_SIZE),
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
@@ -70,7 +70,8 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(campaign_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
-    app.wsgi_app = webhook_views.WebhookFastPath(app, app.wsgi_app, request_metrics)
+    # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method
+    app.wsgi_app = webhook_views.WebhookFastPath(app, app.wsgi_app, request_metrics)  # type: ignore[method-assign]
     return app
 
 
@@ -112,7 +113,7 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
         else:
             registry.register(_Families(list(REGISTRY.collect())))
         registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
-        encode, content_type = choose_encoder(request.headers.get("Accept"))
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
         return encode(registry), 200, {"Content-Type": content_type}
 
     metrics.initialise_web_counters()

@@ -129,7 +129,7 @@ def _logged_in() -> bool:
     """Whether this request's cookie is a live session; a cookie that is not forgets its secret."""
     if "ops_logged_in" not in g:
         secret = session.get(SESSION_FIELD)
-        g.ops_logged_in = bool(secret) and ops_sessions.is_live(_engine(), secret, _configured_fingerprints())
+        g.ops_logged_in = bool(secret and ops_sessions.is_live(_engine(), secret, _configured_fingerprints()))
         if secret and not g.ops_logged_in:
             session.pop(SESSION_FIELD, None)
     return g.ops_logged_in
@@ -243,17 +243,18 @@ def index():
     oldest = next((r.oldest_age_seconds for r in depth
                    if r.queue == "notifications" and r.status == "queued"), None)
     labels = [m.minute.strftime("%H:%M") for m in minutes]
-    charts = [
-        {"name": "waiting (estimated)", "kind": "line", "values": ops.depth_series(waiting, minutes)},
-        {"name": "sent / min", "kind": "bars", "values": [m.sent for m in minutes]},
-        {"name": "failed / min", "kind": "bars", "values": [m.failed for m in minutes]},
-        {"name": "dead / min", "kind": "bars", "values": [m.dead for m in minutes]},
+    series = [
+        ("waiting (estimated)", "line", ops.depth_series(waiting, minutes)),
+        ("sent / min", "bars", [m.sent for m in minutes]),
+        ("failed / min", "bars", [m.failed for m in minutes]),
+        ("dead / min", "bars", [m.dead for m in minutes]),
     ]
-    for chart in charts:
-        chart["total"] = sum(chart["values"]) if chart["kind"] == "bars" else chart["values"][-1]
-        chart["max"] = max(chart["values"], default=0)
-        chart["bars"] = ops.bars(chart["values"], labels) if chart["kind"] == "bars" else []
-        chart["points"] = ops.line_points(chart["values"]) if chart["kind"] == "line" else ""
+    charts = [{"name": name, "kind": kind, "values": values,
+               "total": sum(values) if kind == "bars" else values[-1],
+               "max": max(values, default=0),
+               "bars": ops.bars(values, labels) if kind == "bars" else [],
+               "points": ops.line_points(values) if kind == "line" else ""}
+              for name, kind, values in series]
     return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest,
                  charts=charts,
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",

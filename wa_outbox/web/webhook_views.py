@@ -55,7 +55,7 @@ def receive():
         log.warning("webhook rejected: body larger than %s bytes", current_app.config["MAX_CONTENT_LENGTH"])
         raise
     try:
-        verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
+        verify_signature(settings_of(current_app).required("app_secret"), body, request.headers.get(SIGNATURE_HEADER))
         events = events_of_body(body)
     except SignatureError as exc:
         metrics.webhook_rejected.labels(reason=metrics.Rejection.SIGNATURE).inc()
@@ -106,7 +106,7 @@ class WebhookFastPath:
     def __init__(self, app: Flask, flask_wsgi_app, request_metrics: tuple | None) -> None:
         self.flask_wsgi_app = flask_wsgi_app
         self.app = app
-        self.secret = settings_of(app).app_secret
+        self.secret = settings_of(app).required("app_secret")
         self.store = app.extensions["wa_outbox.webhook_store"]
         # (duration histogram, total counter) of prometheus-flask-exporter, children resolved once for the only
         # answer this path gives; None when the app has no request metrics.

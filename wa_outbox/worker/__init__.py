@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import uuid
+from wsgiref.simple_server import WSGIServer
 
 import psycopg
 import sqlalchemy as sa
@@ -62,8 +63,8 @@ def database_not_ready(settings: Settings) -> str | None:
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         return "the database is not migrated yet (is the release phase, `wa-outbox db upgrade`, still running?)"
     except psycopg.Error as exc:
-        return f"cannot reach the database at {redact_url(settings.database_url)}: " + \
-            scrub(one_line(exc), settings.database_url)
+        url = settings.required("database_url")
+        return f"cannot reach the database at {redact_url(url)}: " + scrub(one_line(exc), url)
     needed, known = migrate.head(), migrate.revisions()
     if current is None or (current != needed and current in known):
         return (f"the database schema is at {current or 'no revision'}, this version needs {needed} "
@@ -103,8 +104,8 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.engine = engine or db.create_engine(
-            settings.database_url, pool_size=4, application_name="wa-outbox-worker", isolation_level="AUTOCOMMIT",
-            prepared_statements=settings.db_prepared_statements)
+            settings.required("database_url"), pool_size=4, application_name="wa-outbox-worker",
+            isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
         self.transport = transport or (DryRunTransport() if settings.dry_run else GraphTransport(
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
             connect_timeout=settings.connect_timeout, read_timeout=settings.send_timeout))
@@ -115,7 +116,7 @@ class Worker:
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
             self.policy, settings.lease_seconds, metrics=self.metrics)
-        self._metrics_server = None
+        self._metrics_server: WSGIServer | None = None
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
         self._recorder_done = threading.Event()

@@ -156,8 +156,8 @@ def _first_item(payload: Any, list_name: str) -> dict:
 def _is_the_statements_fault(exc: Exception) -> bool:
     """Whether the database refused the statement for its input (so bisecting the batch finds the culprit), rather
     than the connection or server failing (so every event would fail alike)."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    return isinstance(exc, psycopg.Error) and bool(sqlstate) and not sqlstate.startswith(_INFRASTRUCTURE_SQLSTATES)
+    sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    return bool(sqlstate and not sqlstate.startswith(_INFRASTRUCTURE_SQLSTATES))
 
 
 # --- the processor -----------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from ._classify import SendResult
 class Transport(Protocol):
     def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult: ...
 
+    def close(self) -> None: ...
+
 
 class GraphTransport:
     def __init__(self, base_url: str, access_token: str, *, pool_size: int, connect_timeout: float = 5.0,
