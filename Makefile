@@ -59,7 +59,7 @@ test-system: install
 
 # ruff and mypy as pyproject.toml configures them.
 lint: install
-	$(BIN)/ruff check wa_outbox migrations tests bench
+	$(BIN)/ruff check wa_outbox migrations tests bench docs/*.py
 	$(BIN)/mypy
 
 bench-webhooks: install

@@ -19,17 +19,25 @@ import io
 import json
 import re
 import threading
-from json.encoder import encode_basestring, encode_basestring_ascii
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from json.encoder import encode_basestring, encode_basestring_ascii
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
 from . import queries
-from .messages import (InvalidMessage, check_request, message_problem, message_text, normalize_recipient,
-                       size_problem, validate_phone_number_id)
+from .messages import (
+    InvalidMessage,
+    check_request,
+    message_problem,
+    message_text,
+    normalize_recipient,
+    size_problem,
+    validate_phone_number_id,
+)
 
 CHUNK_ROWS = 5000          # rows per statement: large enough to amortize the round trip, small enough to stream
 WRITERS = 2                # chunks written at once
@@ -37,7 +45,7 @@ MAX_NAME = 200             # campaigns.name CHECK
 KEY_PREFIX = "campaign:"
 PRIORITY = 1               # claim order: transactional messages (0) first
 MEDIA_HEADERS = ("image", "video", "document")
-_NAME = re.compile(r"[^\x00-\x1f\x7f/]{1,%d}" % MAX_NAME)
+_NAME = re.compile(rf"[^\x00-\x1f\x7f/]{{1,{MAX_NAME}}}")
 _PARAM = re.compile(r"[a-z_][a-z0-9_]*")   # Meta's named parameters: lowercase letters, digits, underscores
 
 
@@ -175,8 +183,8 @@ def build_message(plan: _Plan, cells: list[str], template: str | None, lang: str
         try:
             return json.loads(raw, parse_constant=_refuse_constant)
         except (ValueError, RecursionError) as exc:
-            raise InvalidMessage(f"the message cell is not JSON: {exc if isinstance(exc, ValueError) else 'nested too deep'}"
-                                 ) from None
+            why = exc if isinstance(exc, ValueError) else "nested too deep"
+            raise InvalidMessage(f"the message cell is not JSON: {why}") from None
     check_template_cells(plan, cells)
     components = []
     header = _text_parameters(plan.header, cells)
@@ -247,6 +255,7 @@ class _TemplateRows:
         if "\x00" in "".join(cells):
             raise InvalidMessage("the row contains a NUL character (\\u0000), which Postgres cannot store")
         recipient = normalize_recipient(cells[plan.to])
+        assert self._text is not None and self._key is not None  # read_csv uses only usable rows
         form, columns = self._text
         text = form.format(*[encode_basestring(cells[c]) for c in columns])
         problem = size_problem(text)
@@ -270,9 +279,11 @@ def read_csv(lines: Iterable[str], *, name: str, template: str | None = None,
     except csv.Error as exc:
         raise InvalidCsv(f"line 1: {exc}") from None
     plan = _plan(header, template, lang)
-    rows = _TemplateRows(plan, name, template, lang) if plan.message is None else None
-    if rows is not None and not rows.usable:
-        rows = None
+    rows = None
+    if plan.message is None and template and lang:  # (a template plan has both: _plan said so)
+        rows = _TemplateRows(plan, name, template, lang)
+        if not rows.usable:
+            rows = None
     result = ReadRows()
     keys: set[str] = set()
     line = reader.line_num + 1
@@ -335,7 +346,7 @@ def _item_text(item: dict[str, Any]) -> str:
     return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
 
 
-# --- writing -----------------------------------------------------------------------------------------------------------
+# --- writing ----------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Imported:
@@ -345,7 +356,7 @@ class Imported:
     present: int
 
 
-def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: list[dict[str, Any] | str],
+def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, items: Sequence[dict[str, Any] | str],
                  default_sender: str | None = None, chunk_rows: int = CHUNK_ROWS, writers: int = WRITERS,
                  progress: Callable[[int], None] | None = None) -> Imported:
     """Write validated items ({"to", "message", "idempotency_key"}, or that as JSON text, as read_csv gives them)
@@ -362,7 +373,7 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
         return Imported(None, None, 0, 0)
     progress_lock = threading.Lock()
 
-    def write(chunk: list[dict[str, Any]]) -> queries.CampaignChunk:
+    def write(chunk: Sequence[dict[str, Any] | str]) -> queries.CampaignChunk:
         try:
             row = queries.enqueue_campaign(
                 engine, name=name, phone_number_id=phone_number_id, default_sender=default_sender,
@@ -402,7 +413,7 @@ def steer(engine: sa.Engine, name: str, action: str, *, actor: str,
 
 def summaries(engine: sa.Engine, name: str | None = None, *, default_mps: float) -> list[dict[str, Any]]:
     """Campaigns (all, or the one named) with counts by status; for one, its rate and expected end."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return [summary(row, default_mps=default_mps, now=now)
             for row in queries.campaign_summaries(engine, name=name)]
 

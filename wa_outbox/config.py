@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
-if TYPE_CHECKING:
-    from .retry import RetryPolicy
+from .retry import RetryPolicy
 
 DEFAULT_GRAPH_API_BASE_URL = "https://graph.facebook.com/v23.0"  # pinned: the version of the spec we test against
 
@@ -214,7 +214,8 @@ def normalize_database_url(raw: str) -> str:
     # libpq would end the user information at the first '@' or '/', taking the rest of the password for the host.
     if "@" in userinfo or ("/" in userinfo and ":" in userinfo):
         raise _Invalid("the user or password holds an '@' or '/' that is not percent-encoded (write %40, %2F)")
-    from psycopg import ProgrammingError, conninfo  # noqa: PLC0415 - libpq's own parser, no connection made
+    # libpq's own parser, no connection made
+    from psycopg import ProgrammingError, conninfo  # noqa: PLC0415 - importing config must not import psycopg (slow)
     try:
         params = conninfo.conninfo_to_dict(url)
     except ProgrammingError as exc:
@@ -277,7 +278,7 @@ class Settings:
     worker_metrics_port: int | None = None  # a worker also serves its own /metrics on this port
     log_format: str | None = None          # json or console; None: console on a terminal, else json
     # per recipient
-    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient, after the burst (0: off)
+    pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient after the burst (0: off)
     pair_burst: int = 3                    # messages one recipient may get at once
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
 
@@ -287,7 +288,7 @@ class Settings:
         return f"Settings({', '.join(shown)})"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         return cls(
             database_url=_parse(env, "DATABASE_URL", None, normalize_database_url,
@@ -353,22 +354,28 @@ class Settings:
             service_window=_parse(env, "WA_OUTBOX_SERVICE_WINDOW", "off", _service_window, "off or enforce"),
         )
 
-    def retry_policy(self) -> "RetryPolicy":
-        from .retry import RetryPolicy
+    def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_base_seconds, self.retry_max_seconds, self.max_attempts)
 
-    def require(self, *names: str) -> "Settings":
+    def require(self, *names: str) -> Settings:
         """Raise ConfigError for the first of the named settings that is unset (the process's role needs it)."""
         for name in names:
             if not getattr(self, name):
-                var, why = _REQUIRED_HELP[name]
-                raise ConfigError(f"{var} is not set: {why}")
+                raise _unset(name)
         return self
 
-    def require_web(self) -> "Settings":
+    def required(self, name: RequiredText) -> str:
+        """The value of a setting the caller's role requires (require_web, require_worker): ConfigError when it is
+        unset, as require() says it."""
+        value = getattr(self, name)
+        if not value:
+            raise _unset(name)
+        return value
+
+    def require_web(self) -> Settings:
         return self.require("database_url", "app_secret", "verify_token", "api_tokens")
 
-    def require_worker(self) -> "Settings":
+    def require_worker(self) -> Settings:
         self.require("database_url", "access_token", "phone_number_id")
         if self.lease_seconds <= self.connect_timeout + self.send_timeout + 5:
             raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
@@ -389,7 +396,7 @@ def validate_mode(env: Mapping[str, str]) -> str:
         raise ConfigError(f"{VALIDATE_ENV}={raw!r} is not valid: expected off or meta")
     if raw == "meta":
         try:
-            from .meta_validation import RequestChecker  # noqa: F401 - only whether jsonschema imports
+            from .meta_validation import RequestChecker  # noqa: F401, PLC0415 - only whether jsonschema imports
         except ImportError as exc:
             raise ConfigError(f"{VALIDATE_ENV}=meta needs the jsonschema package ({exc.name} is not installed): "
                               "pip install 'wa-outbox[simulator]', or set WA_OUTBOX_VALIDATE=off") from None
@@ -439,6 +446,15 @@ def _port(raw: str) -> int:
     if not 1 <= value <= 65535:
         raise ValueError
     return value
+
+
+# The text settings some role requires (unset: None), by field name: what Settings.required() reads.
+RequiredText = Literal["database_url", "access_token", "app_secret", "verify_token", "phone_number_id"]
+
+
+def _unset(name: str) -> ConfigError:
+    var, why = _REQUIRED_HELP[name]
+    return ConfigError(f"{var} is not set: {why}")
 
 
 _REQUIRED_HELP = {

@@ -79,7 +79,7 @@ def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None,
               row_factory: RowFactory[Any]) -> tuple[list[Any], int]:
     conn = engine.raw_connection()
     try:
-        with conn.driver_connection.cursor(row_factory=row_factory) as cursor:
+        with psycopg_connection(conn).cursor(row_factory=row_factory) as cursor:
             cursor.execute(query(name), params)
             rows = cursor.fetchall() if cursor.description else []
             return rows, cursor.rowcount
@@ -105,7 +105,17 @@ def connect_options(prepared_statements: bool) -> dict[str, Any]:
 
 def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection:
     """A one-off psycopg connection to the settings' database, with the service's connection options."""
-    return psycopg.connect(settings.database_url, **connect_options(settings.db_prepared_statements), **kwargs)
+    return psycopg.connect(settings.required("database_url"), **connect_options(settings.db_prepared_statements),
+                           **kwargs)
+
+
+def psycopg_connection(conn: sa.Connection | sa.PoolProxiedConnection) -> psycopg.Connection[Any]:
+    """The psycopg connection under a SQLAlchemy one. SQLAlchemy types it as optional (a pooled connection that was
+    invalidated has none); here it is always there, and psycopg's: every engine is create_engine's."""
+    driver = (conn.connection if isinstance(conn, sa.Connection) else conn).driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError(f"expected a psycopg 3 connection, not {type(driver).__name__}")
+    return driver
 
 
 def create_engine(database_url: str, *, pool_size: int, application_name: str = "wa-outbox",

@@ -46,13 +46,13 @@ def enqueue(conn: Connectable, *, to: str, message: dict[str, Any], idempotency_
     params = (checked.recipient, json.dumps(message, separators=(",", ":")), checked.idempotency_key,
               checked.correlation_id, checked.phone_number_id, validate_ordered(ordered))
 
-    import sqlalchemy as sa
-    from sqlalchemy.orm import Session
+    import sqlalchemy as sa  # noqa: PLC0415 - `import wa_outbox` (an application's import) loads no SQLAlchemy
+    from sqlalchemy.orm import Session  # noqa: PLC0415 - as above
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, sa.engine.Connection):
-        return conn.execute(sa.text(_SQL_SQLALCHEMY), dict(zip(
-            ("to_", "message", "idempotency_key", "correlation_id", "phone_number_id", "ordered"), params))).scalar_one()
+        names = ("to_", "message", "idempotency_key", "correlation_id", "phone_number_id", "ordered")
+        return conn.execute(sa.text(_SQL_SQLALCHEMY), dict(zip(names, params, strict=True))).scalar_one()
     cursor = conn.cursor()
     try:
         cursor.execute(_SQL_DBAPI, params)
@@ -70,8 +70,8 @@ def enqueue_many(conn: Connectable, items: Sequence[Mapping[str, Any]]) -> list[
     (or a transaction of its own in autocommit mode)."""
     if not items:
         return []
-    import sqlalchemy as sa
-    from sqlalchemy.orm import Session
+    import sqlalchemy as sa  # noqa: PLC0415 - `import wa_outbox` (an application's import) loads no SQLAlchemy
+    from sqlalchemy.orm import Session  # noqa: PLC0415 - as above
     if isinstance(conn, Session):
         conn = conn.connection()
     driver = _pipelining_connection(conn)
@@ -102,10 +102,10 @@ _SQL_MANY = "SELECT wa_outbox.enqueue_checked(%s::jsonb)"
 def _pipelining_connection(conn: Any) -> Any:
     """The psycopg 3 connection under `conn` when it can run a pipeline, else None."""
     try:
-        import psycopg
+        import psycopg  # noqa: PLC0415 - `import wa_outbox` loads no driver
     except ImportError:  # psycopg2 only
         return None
-    import sqlalchemy as sa
+    import sqlalchemy as sa  # noqa: PLC0415 - `import wa_outbox` loads no SQLAlchemy
     if isinstance(conn, sa.engine.Connection):
         conn = conn.connection.driver_connection
     if not isinstance(conn, psycopg.Connection) or not psycopg.Pipeline.is_supported():
@@ -114,7 +114,7 @@ def _pipelining_connection(conn: Any) -> Any:
 
 
 def _enqueue_many_pipelined(conn: Any, items: Sequence[Mapping[str, Any]]) -> list[int]:
-    import psycopg
+    import psycopg  # noqa: PLC0415 - `import wa_outbox` loads no driver
     if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         # Open the caller's transaction as the single statement would have: transaction() below is then a
         # savepoint inside it, not a transaction of its own that commits.
@@ -136,7 +136,7 @@ def batch_json(items: Sequence[Mapping[str, Any]], first_index: int = 0) -> str:
     """enqueue_many()'s checks, and the JSON array it sends: InvalidMessage (naming the item's index, counted from
     `first_index`) for the first item that breaks a rule. The array is put together from each message's text as its
     check encoded it."""
-    from . import meta_schema
+    from . import meta_schema  # noqa: PLC0415 - `import wa_outbox` loads no configuration
     validate_mode = meta_schema.mode()  # read once for the batch, not per item
     parts = []
     for index, item in enumerate(items, first_index):

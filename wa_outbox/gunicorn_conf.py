@@ -73,5 +73,7 @@ def on_exit(server):
 
 
 def child_exit(server, worker):
-    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+    # Not at the top: prometheus_client picks its (multiprocess) value class when first imported, which in the
+    # master, whose state every worker inherits, must come after PROMETHEUS_MULTIPROC_DIR is set above.
+    from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics  # noqa: PLC0415
     GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)

@@ -120,14 +120,17 @@ def message_problem(message: Any, text: str | None = None) -> str | None:
     if kind is None:
         kind = _implied_type(message)
     elif not isinstance(kind, str) or kind not in MESSAGE_TYPES:
-        return f"unknown message type {json.dumps(kind, ensure_ascii=False)}: expected one of {', '.join(MESSAGE_TYPES)}"
+        shown = json.dumps(kind, ensure_ascii=False)
+        return f"unknown message type {shown}: expected one of {', '.join(MESSAGE_TYPES)}"
     content = message.get(kind)
     if not (isinstance(content, dict) or (kind == "contacts" and isinstance(content, list))):
         return f"message of type '{kind}' needs a '{kind}' object"
-    if kind == "text" and not isinstance(content.get("body"), str):
-        return "a text message needs text.body (a string of at most 4096 characters)"
-    if kind == "text" and len(content["body"]) > 4096:
-        return f"text.body is {len(content['body'])} characters; the Cloud API allows 4096"
+    if kind == "text" and isinstance(content, dict):  # (a text message's content is an object: said above)
+        body = content.get("body")
+        if not isinstance(body, str):
+            return "a text message needs text.body (a string of at most 4096 characters)"
+        if len(body) > 4096:
+            return f"text.body is {len(body)} characters; the Cloud API allows 4096"
     tracker = message.get("biz_opaque_callback_data")
     if tracker is not None and not isinstance(tracker, str):
         return "`biz_opaque_callback_data` must be a string"
@@ -159,6 +162,7 @@ def _checked_text(message: Any) -> str:
     problem = message_problem(message, text)
     if problem:
         raise InvalidMessage(problem)
+    assert text is not None  # anything but an object has a problem
     return text
 
 
@@ -206,10 +210,11 @@ def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correla
     recipient = normalize_recipient(to)
     text = _checked_text(message)
     if validate_mode is None:
-        from . import meta_schema  # the one impure step: the opt-in reads the environment
+        # the one impure step: the opt-in reads the environment
+        from . import meta_schema  # noqa: PLC0415 - `import wa_outbox` loads no configuration
         validate_mode = meta_schema.mode()
     if validate_mode == "meta":
-        from . import meta_schema
+        from . import meta_schema  # noqa: PLC0415 - as above
         problem = meta_schema.meta_problem(recipient, message)
         if problem:
             raise InvalidMessage(problem)

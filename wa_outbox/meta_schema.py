@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .config import VALIDATE_ENV as ENV, VALIDATE_MODES as MODES, validate_mode
 
@@ -33,13 +34,14 @@ def mode(env: Mapping[str, str] | None = None) -> str:
 
 @functools.cache
 def _checker() -> Any:
-    from .meta_validation import RequestChecker  # jsonschema: validate_mode said it is installed
+    # jsonschema, an optional dependency: validate_mode said it is installed
+    from .meta_validation import RequestChecker  # noqa: PLC0415 - optional dependency
     return RequestChecker()
 
 
 def meta_problem(recipient: str, message: dict[str, Any]) -> str | None:
     """Why Meta would refuse `message` sent to `recipient` (digits), naming the field as Meta does; or None."""
-    from .meta_validation import InvalidRequest
+    from .meta_validation import InvalidRequest  # noqa: PLC0415 - optional dependency (jsonschema)
     body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": f"+{recipient}", **message}
     try:
         _checker().parse(body)

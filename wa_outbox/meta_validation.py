@@ -159,7 +159,8 @@ def _details(error: ValidationError) -> str:
         missing = next((p for p in error.validator_value if p not in error.instance), error.validator_value[0])
         return f"The parameter {_param([*error.absolute_path, missing])} is required."
     if error.validator == "type" and path:
-        expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        given = error.validator_value
+        expected: list[str] = given if isinstance(given, list) else [given]
         return f"Param {path} must be {' or '.join(_TYPE_NAMES.get(t, t) for t in expected)}."
     if error.validator == "enum" and path:
         return f"Param {path} must be one of {{{', '.join(map(str, error.validator_value))}}}."

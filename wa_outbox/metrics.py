@@ -19,7 +19,8 @@ import enum
 import http
 import json
 import threading
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -55,8 +56,8 @@ class SendOutcome(enum.StrEnum):
 
 def send_outcome(status: str, refund: bool) -> SendOutcome:
     """A send's record_outcomes entry (its new status, whether the attempt was given back) as its outcome label."""
-    known = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
-             MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
+    known: dict[str, SendOutcome] = {MessageStatus.SENT: SendOutcome.SENT, MessageStatus.DEAD: SendOutcome.DEAD,
+                                     MessageStatus.UNKNOWN: SendOutcome.UNKNOWN}
     return known.get(status, SendOutcome.THROTTLED if refund else SendOutcome.RETRY)
 
 
@@ -180,7 +181,7 @@ class WorkerMetrics:
             values = dict(self._values)
             buckets, total = list(self._buckets), self._duration_sum
         running = 0
-        for bound, n in zip((*map(_le, SEND_DURATION_BUCKETS), "+Inf"), buckets):
+        for bound, n in zip((*map(_le, SEND_DURATION_BUCKETS), "+Inf"), buckets, strict=True):
             running += n
             values[series_key(f"{SEND_DURATION}_bucket", {"le": bound})] = float(running)
         values[series_key(f"{SEND_DURATION}_sum", {})] = total

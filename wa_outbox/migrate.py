@@ -6,18 +6,24 @@ The migrations live in the repository's top-level `migrations/` directory and sh
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from alembic import command, context, op
 from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+from . import db
 
 
 def _migrations_dir() -> Path:
-    try:
-        from . import _migrations  # installed (wheel or editable): migrations/ as a subpackage
+    try:  # installed (wheel or editable): migrations/ as the subpackage setup.py maps it to
+        where = importlib.import_module(f"{__package__}._migrations").__file__
     except ImportError:  # a checkout used without installing it (PYTHONPATH=.)
+        where = None
+    if where is None:
         return Path(__file__).resolve().parent.parent / "migrations"
-    return Path(_migrations.__file__).resolve().parent
+    return Path(where).resolve().parent
 
 
 MIGRATIONS_DIR = _migrations_dir()
@@ -39,12 +45,11 @@ def run_sql_file(name: str) -> None:
     checkout's alembic.ini, the repository's — so a revision script imports this the same way everywhere."""
     sql = (Path(context.script.dir) / "sql" / name).read_text()
     # Straight to psycopg, without parameters: it sends the file as one batch (many statements, `%` left alone).
-    op.get_bind().connection.driver_connection.execute(sql)
+    db.psycopg_connection(op.get_bind()).execute(sql)
 
 
 def revisions() -> list[str]:
     """Every revision, oldest first."""
-    from alembic.script import ScriptDirectory
     script = ScriptDirectory.from_config(alembic_config(""))
     return [r.revision for r in reversed(list(script.walk_revisions()))]
 

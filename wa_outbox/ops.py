@@ -4,8 +4,8 @@ in wa_outbox/web/ops_views.py only render these. Single messages are wa_outbox/o
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -136,7 +136,7 @@ def bars(values: Sequence[int], labels: Sequence[str], *, width: float = 240, he
     step = width / len(values)
     return [Bar(x=round(i * step, 2), y=round(height - value / top * height, 2), width=round(max(step - gap, 0.5), 2),
                 height=round(value / top * height, 2), value=value, label=label)
-            for i, (value, label) in enumerate(zip(values, labels))]
+            for i, (value, label) in enumerate(zip(values, labels, strict=True))]
 
 
 def line_points(values: Sequence[int], *, width: float = 240, height: float = 48) -> str:

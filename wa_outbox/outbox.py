@@ -9,13 +9,14 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
-from . import queries, states
+from . import db, queries, states
 from .messages import InvalidMessage, check_request, normalize_recipient, validate_ordered
 
 AUTO_KEY_PREFIX = "auto:"
@@ -51,16 +52,16 @@ def find_messages(engine: sa.Engine, term: str, limit: int = 20) -> list[queries
     return queries.find_notifications(engine, recipient=recipient, correlation_id=term, limit=limit)
 
 
-def requeue(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, code: int | None = None,
+def requeue(engine: sa.Engine, *, ids: Sequence[int] = (), all_dead: bool = False, code: int | None = None,
             recipient: str | None = None, actor: str) -> list[int]:
     return queries.requeue(engine, ids=list(ids), all=all_dead, code=code, recipient=recipient, actor=actor)
 
 
-def purge_dead(engine: sa.Engine, *, ids: list[int] = (), all_dead: bool = False, older_than_days: int = 0) -> int:
+def purge_dead(engine: sa.Engine, *, ids: Sequence[int] = (), all_dead: bool = False, older_than_days: int = 0) -> int:
     """Delete dead messages with their timelines, in a transaction that opens the append-only timeline's door for
     itself only."""
     with engine.connect() as conn:
-        raw = conn.connection.driver_connection
+        raw = db.psycopg_connection(conn)
         with raw.transaction():
             raw.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
             return queries.purge_dead(raw, ids=list(ids), all=all_dead, older_than_days=older_than_days)
@@ -103,7 +104,7 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
     result = result if result is not None else PruneResult()
     started = time.monotonic()
     with engine.connect() as conn:
-        raw = conn.connection.driver_connection
+        raw = db.psycopg_connection(conn)
         cutoffs = queries.prune_cutoffs(raw, days=days, dead_days=dead_days, min_key_days=MIN_DEDUP_KEY_DAYS)
         statuses = [str(s) for s in states.PRUNABLE_STATUSES]
 
@@ -152,14 +153,14 @@ def _prune_walk(conn: psycopg.Connection[Any], probe: Callable[[int], queries.Pr
                 on_batch: Callable[[_Batch, float, float], None]) -> None:
     """Delete a table's prunable rows batch by batch along the primary key, up to the last id created before
     `cutoff` (`probe`, prune_<table>_probe.sql, bisected; later rows cannot be old enough)."""
-    first = probe(0)
-    if first.id is None or first.created_at >= cutoff:
+    first = probe(0)  # no id: no row (then no created_at nor last_id either)
+    if first.id is None or first.created_at is None or first.last_id is None or first.created_at >= cutoff:
         return
     low, high = first.id, first.last_id + 1  # probe(low) is old; every id >= high is new (or absent)
     while high - low > 1:
         middle = (low + high) // 2
         found = probe(middle)
-        if found.id is None or found.created_at >= cutoff:
+        if found.id is None or found.created_at is None or found.created_at >= cutoff:
             high = middle
         else:
             low = found.id if found.id < high else middle

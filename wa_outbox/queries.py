@@ -455,7 +455,7 @@ class QueueCount:
     queue: str
     status: str
     rows: int
-    age: Decimal | None  # seconds the oldest row has waited
+    age: Decimal  # seconds the oldest row has waited (0: none waits; workers: since the last heartbeat, -1: never)
 
 
 def queue_metrics(engine: sa.Engine) -> list[QueueCount]:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 import orjson
 import psycopg
@@ -185,5 +185,5 @@ def _as_is(data: bytes) -> bytes:
 
 def _refused_by_postgres(exc: BaseException) -> bool:
     """Postgres answered and refused the statement (bad data, a limit, a constraint): another statement may pass."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    return isinstance(exc, psycopg.Error) and bool(sqlstate) and not sqlstate.startswith(_UNREACHABLE)
+    sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    return bool(sqlstate and not sqlstate.startswith(_UNREACHABLE))

@@ -28,7 +28,7 @@ import json
 import math
 import re
 import threading
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # undocumented, so typeshed leaves it out
 from typing import Any, NamedTuple
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
@@ -231,17 +231,23 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null|NaN|-?Infinity")
 
 
+def _after_whitespace(text: str, pos: int) -> int:
+    found = _WHITESPACE.match(text, pos)
+    assert found is not None  # no whitespace matches too
+    return found.end()
+
+
 def is_json(text: str) -> bool:
     """Whether `text` is one JSON value as Python's json module reads it (NaN and Infinity included), however deep:
     iterative, for bodies too deeply nested for the recursive parser."""
     open_containers: list[str] = []
-    pos = _WHITESPACE.match(text, 0).end()
+    pos = _after_whitespace(text, 0)
     try:
         while True:
             # a value starts at pos
             char = text[pos:pos + 1]
             if char in ("{", "["):
-                pos = _WHITESPACE.match(text, pos + 1).end()
+                pos = _after_whitespace(text, pos + 1)
                 if text.startswith("}" if char == "{" else "]", pos):
                     pos += 1
                 else:
@@ -258,11 +264,11 @@ def is_json(text: str) -> bool:
                 pos = scalar.end()
             # a value ended at pos: close what it closes, then expect the next one
             while True:
-                pos = _WHITESPACE.match(text, pos).end()
+                pos = _after_whitespace(text, pos)
                 if not open_containers:
                     return pos == len(text)
                 if text.startswith(",", pos):
-                    pos = _WHITESPACE.match(text, pos + 1).end()
+                    pos = _after_whitespace(text, pos + 1)
                     if open_containers[-1] == "{":
                         pos = _object_key(text, pos)
                     break
@@ -279,10 +285,10 @@ def _object_key(text: str, pos: int) -> int:
     """After a key and its colon: where the value starts. ValueError when there is no `"key":` at pos."""
     if not text.startswith('"', pos):
         raise ValueError("expected a key")
-    pos = _WHITESPACE.match(text, scanstring(text, pos + 1)[1]).end()
+    pos = _after_whitespace(text, scanstring(text, pos + 1)[1])
     if not text.startswith(":", pos):
         raise ValueError("expected ':'")
-    return _WHITESPACE.match(text, pos + 1).end()
+    return _after_whitespace(text, pos + 1)
 
 
 def split_payload(payload: dict[str, Any]) -> list[WebhookEvent]:

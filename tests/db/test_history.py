@@ -155,7 +155,7 @@ def test_the_queue_and_the_dead_letters_are_counted_from_indexes_alone(db):
     assert groups == truth and set(truth) == {"", "131001", "131002"}
 
 
-# --- history flatness: where a claim's writes land (schema.sql: notifications and contacts fillfactor) -----------------
+# --- history flatness: where a claim's writes land (schema.sql: notifications and contacts fillfactor) ----------------
 
 @pytest.fixture
 def at_version_4(server_url):

@@ -10,8 +10,7 @@ import psycopg
 import pytest
 
 from tests.conftest import API_TOKEN
-from wa_outbox import db as wa_db
-from wa_outbox import ops, queries
+from wa_outbox import db as wa_db, ops, queries
 from wa_outbox.queries import MinuteFlows
 from wa_outbox.web.ops_views import session_key, token_matches
 
@@ -490,7 +489,7 @@ def test_search_terms_reads_ids_phone_numbers_and_text():
 
 
 def _minute(entered: int, sent: int, dead: int, cancelled: int) -> MinuteFlows:
-    return MinuteFlows(minute=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc), entered=entered, sent=sent,
+    return MinuteFlows(minute=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), entered=entered, sent=sent,
                        failed=0, dead=dead, cancelled=cancelled)
 
 

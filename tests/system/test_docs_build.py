@@ -106,9 +106,10 @@ def test_a_new_parse_line_is_documented_without_anything_else():
     source = (ROOT / "wa_outbox" / "config.py").read_text(encoding="utf-8")
     opening, field_anchor = "        return cls(\n", "    @classmethod\n    def from_env("
     assert opening in source and field_anchor in source
-    added = source.replace(opening, opening + '            brand_new=_parse(env, "WA_OUTBOX_BRAND_NEW", 7, _positive_int,\n'
-                                              '                             "a positive number of widgets"),\n'
-                                              '            other_dir=env.get("SOME_OTHER_DIR", "").strip() or None,\n')
+    new_lines = ('            brand_new=_parse(env, "WA_OUTBOX_BRAND_NEW", 7, _positive_int,\n'
+                 '                             "a positive number of widgets"),\n'
+                 '            other_dir=env.get("SOME_OTHER_DIR", "").strip() or None,\n')
+    added = source.replace(opening, opening + new_lines)
     added = added.replace(field_anchor, "    brand_new: int = 7                    # widgets per gadget\n"
                                         "    other_dir: str | None = None\n\n" + field_anchor)
     page = gen_reference.environment(added, {"brand_new": 7, "other_dir": None}, {})

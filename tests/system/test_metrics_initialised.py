@@ -13,9 +13,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.live import wait_for
 from tests.system.test_alerts import alert_rules, dashboard_expressions
 from tests.system.test_processes import ROOT, free_port, service_env, wait_until_up
-from tests.live import wait_for
 from tests.system.test_worker_process import start_worker_process
 from wa_outbox.metrics import WORKER_COUNTERS, InboundResult, Rejection, SendOutcome, WebhookResult, send_outcome
 from wa_outbox.states import MessageStatus, WebhookEventKind, WebhookEventStatus
@@ -111,7 +111,7 @@ def test_a_fresh_deployment_shows_every_series_of_the_alerts_and_dashboard_at_0(
     known = {"wa_outbox_webhook_events_total": [{"result": r.value} for r in WebhookResult],
              "wa_outbox_webhook_rejected_total": [{"reason": r.value} for r in Rejection]}
     for name, (_, label_names, values) in WORKER_COUNTERS.items():
-        known[name] = [dict(zip(label_names, v)) for v in values]
+        known[name] = [dict(zip(label_names, v, strict=True)) for v in values]
     for name, label_sets in known.items():
         for labels in label_sets:
             assert (name, labels, 0.0) in web, (name, labels)

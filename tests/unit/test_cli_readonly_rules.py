@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wa_outbox.cli._readonly import READ_ONLY_VOLATILE, Inspected, Refused, SeveralStatements, inspect, \
-    volatile_refusal
+from wa_outbox.cli._readonly import READ_ONLY_VOLATILE, Inspected, Refused, SeveralStatements, inspect, volatile_refusal
 
 
 @pytest.mark.parametrize("sql", [

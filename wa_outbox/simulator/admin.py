@@ -16,7 +16,8 @@ and never expose it.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .core import Simulator
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from .. import logs
 from .server import SimulatorServer
 
 DEV_ACCESS_TOKEN = "dev-access-token"
@@ -56,7 +57,6 @@ def simulator_command(host: str, port: int, webhook_url: str | None, status_dela
       WHATSAPP_PHONE_NUMBER_ID  its sender number id, when set
     """
     if not logging.getLogger().handlers:
-        from .. import logs
         logs.configure(os.environ.get("LOG_LEVEL", "INFO"), os.environ.get("LOG_FORMAT") or None)
     options: dict[str, Any] = {"status_delays_ms": (status_delay_ms, 2 * status_delay_ms, 3 * status_delay_ms),
                                "mps": mps}

@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from ..meta_validation import InvalidRequest, RequestChecker
 from . import errors
 from .config import SimulatorConfig
 from .faults import FaultRule, FaultSet
 from .limits import ThroughputLimits
-from ..meta_validation import InvalidRequest, RequestChecker
 from .webhooks import WebhookDispatcher, envelope, inbound_message, plan_statuses
 
 JSON = "application/json; charset=UTF-8"

@@ -14,8 +14,8 @@ import json
 import logging
 import re
 import socket
-import sys
 import struct
+import sys
 import threading
 import time
 from collections.abc import Sequence

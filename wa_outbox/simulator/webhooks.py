@@ -25,8 +25,9 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import requests
 
@@ -85,7 +86,8 @@ def plan_statuses(message: dict[str, Any], config: SimulatorConfig, rng: random.
     else:
         steps = list(FINAL_STATUSES[:FINAL_STATUSES.index(config.final_status) + 1])
     offsets = [ms / 1000 for ms in config.status_delays_ms[:len(steps)]]
-    updates = [status_update(message, step, accepted_at + offset, failed_code) for step, offset in zip(steps, offsets)]
+    updates = [status_update(message, step, accepted_at + offset, failed_code)
+               for step, offset in zip(steps, offsets, strict=True)]
     if len(updates) > 1 and rng.random() < config.reorder_rate:
         shuffled = updates[:]
         while shuffled == updates:
@@ -93,7 +95,7 @@ def plan_statuses(message: dict[str, Any], config: SimulatorConfig, rng: random.
         updates = shuffled
     if len(updates) > 1 and rng.random() < config.batch_rate:
         return [(offsets[-1], updates)]
-    return [(offset, [update]) for offset, update in zip(offsets, updates)]
+    return [(offset, [update]) for offset, update in zip(offsets, updates, strict=True)]
 
 
 def inbound_message(wa_id: str, wamid: str, at: float, *, text: str | None = None,
@@ -155,7 +157,7 @@ class WebhookDispatcher:
         """Post one message's statuses: `plan` is (seconds from now, statuses of one POST), in posting order."""
         now = time.monotonic()
         chain = [(now + delay_s, _Delivery(phone_number_id, statuses, None)) for delay_s, statuses in plan]
-        for (_, earlier), later in zip(chain, chain[1:]):
+        for (_, earlier), later in itertools.pairwise(chain):
             earlier.then.append(later)
         with self._cond:
             self._pending += len(chain) - 1  # the whole chain is pending from now on

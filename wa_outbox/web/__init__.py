@@ -12,12 +12,19 @@ import psycopg
 import sqlalchemy as sa
 from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_flask_exporter import PrometheusMetrics
+from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
 
 from .. import logs, metrics, queries
 from ..config import DEFAULT_WEB_POOL_SIZE, Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
 from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
+from .app_state import engine_of, settings_of
+
 
 def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: bool = True) -> Flask:
     """The web app. `engine`, if given, must be in autocommit mode. `metrics=False` for a second app in one process
@@ -29,7 +36,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     # Every statement the web app runs is a transaction on its own (or opens one explicitly), so its pool is in
     # autocommit: no BEGIN/COMMIT round trips, no isolation level switched per checkout.
     app.extensions["wa_outbox.engine"] = engine or create_engine(
-        settings.database_url,
+        settings.required("database_url"),
         pool_size=settings.db_pool_size or min(settings.web_threads, DEFAULT_WEB_POOL_SIZE),
         application_name="wa-outbox-web",
         isolation_level="AUTOCOMMIT",
@@ -63,7 +70,8 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(campaign_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
-    app.wsgi_app = webhook_views.WebhookFastPath(app, app.wsgi_app, request_metrics)
+    # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method
+    app.wsgi_app = webhook_views.WebhookFastPath(app, app.wsgi_app, request_metrics)  # type: ignore[method-assign]
     return app
 
 
@@ -86,17 +94,12 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
 
     Returns the exporter's (request duration histogram, request counter), for the webhook fast path to count what
     the exporter's hooks count; None without request metrics."""
-    from prometheus_client import REGISTRY, CollectorRegistry
-    from prometheus_client.exposition import choose_encoder
-
     multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     exporter = None
     if request_metrics:
         if multiprocess:  # under gunicorn: every worker process's request metrics, summed at scrape time
-            from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
             exporter = GunicornPrometheusMetrics(app, group_by="url_rule")
         else:
-            from prometheus_flask_exporter import PrometheusMetrics
             exporter = PrometheusMetrics(app, path=None, group_by="url_rule")
 
     @app.get("/metrics")
@@ -106,19 +109,18 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
             return denied
         registry = CollectorRegistry(auto_describe=False)
         if multiprocess:
-            from prometheus_client.multiprocess import MultiProcessCollector
             MultiProcessCollector(registry)
         else:
             registry.register(_Families(list(REGISTRY.collect())))
         registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
-        encode, content_type = choose_encoder(request.headers.get("Accept"))
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
         return encode(registry), 200, {"Content-Type": content_type}
 
     metrics.initialise_web_counters()
     if exporter is None:
         return None
     # The exporter keeps no reference to its metrics: they are found by name in the registry it registered them in.
-    found = exporter.registry._names_to_collectors  # noqa: SLF001
+    found = exporter.registry._names_to_collectors  # noqa: SLF001 - prometheus_client has no public lookup
     duration, total = found.get("flask_http_request_duration_seconds"), found.get("flask_http_request_total")
     bound = metrics.RequestLabels({m for rule in app.url_map.iter_rules() for m in rule.methods or ()},
                                   {rule.rule for rule in app.url_map.iter_rules()})
@@ -136,7 +138,7 @@ def _bound_labels(metric, bound: metrics.RequestLabels) -> None:
     def bounded_labels(**named):
         return labels(**bound(named))
 
-    metric._unbounded_labels = labels
+    metric._unbounded_labels = labels  # noqa: SLF001 - our own attribute on the exporter's metric
     metric.labels = bounded_labels
 
 
@@ -171,12 +173,3 @@ def _metrics_token_refusal(token: str | None):
     response, status = errors.json_error(401, "/metrics needs Authorization: Bearer <WA_OUTBOX_METRICS_TOKEN>")
     response.headers["WWW-Authenticate"] = 'Bearer realm="wa-outbox metrics"'
     return response, status
-
-
-def settings_of(app: Flask) -> Settings:
-    return app.extensions["wa_outbox.settings"]
-
-
-def engine_of(app: Flask) -> sa.Engine:
-    return app.extensions["wa_outbox.engine"]
-

@@ -18,6 +18,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from .. import logs, outbox, queries
 from . import auth_throttle
+from .app_state import engine_of, settings_of
 from .errors import json_error
 
 blueprint = Blueprint("api", __name__, url_prefix="/v1")
@@ -28,13 +29,11 @@ MAX_CODE = 2 ** 31 - 1  # Graph error codes are compared as integer
 
 
 def _engine():
-    from . import engine_of
     return engine_of(current_app)
 
 
 @blueprint.before_request
-def _require_token():
-    from . import settings_of
+def require_token():
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:

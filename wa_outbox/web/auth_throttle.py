@@ -27,9 +27,11 @@ import logging
 import math
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from flask import Flask, request
+
+from .app_state import settings_of
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +190,6 @@ def of(app: Flask) -> AuthThrottle:
     """The app's throttle, made on first use from its settings."""
     throttle = app.extensions.get(_EXTENSION)
     if throttle is None:
-        from . import settings_of
         with _install_lock:
             throttle = app.extensions.get(_EXTENSION)
             if throttle is None:

@@ -13,19 +13,18 @@ from flask import Blueprint, current_app, g, jsonify
 
 from .. import campaigns
 from . import api_views
+from .app_state import engine_of, settings_of
 from .errors import json_error
 
 blueprint = Blueprint("campaigns", __name__, url_prefix="/v1/campaigns")
-blueprint.before_request(api_views._require_token)
+blueprint.before_request(api_views.require_token)
 
 
 def _engine():
-    from . import engine_of
     return engine_of(current_app)
 
 
 def _default_mps() -> float:
-    from . import settings_of
     return settings_of(current_app).rate_limit_mps
 
 

@@ -28,13 +28,26 @@ import logging
 import secrets
 from typing import Any
 
-from flask import (Blueprint, Flask, abort, current_app, flash, g, get_flashed_messages, redirect, render_template,
-                   request, session, url_for)
+from flask import (
+    Blueprint,
+    Flask,
+    abort,
+    current_app,
+    flash,
+    g,
+    get_flashed_messages,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from flask.sessions import SecureCookieSessionInterface
 
-from .. import ops, outbox, queries
+from .. import campaigns, ops, outbox, queries
 from ..config import Settings
 from . import auth_throttle, ops_sessions
+from .app_state import engine_of, settings_of
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +105,6 @@ def _is_ops_path(path: str) -> bool:
 
 def install(app: Flask) -> None:
     """Register /ops on the app and its session cookie."""
-    from . import settings_of
     app.secret_key = session_key(settings_of(app))
     app.session_interface = OpsSessionInterface()
     app.config.update(SESSION_COOKIE_NAME=COOKIE_NAME, SESSION_COOKIE_PATH="/ops", SESSION_COOKIE_HTTPONLY=True,
@@ -101,12 +113,10 @@ def install(app: Flask) -> None:
 
 
 def _engine():
-    from . import engine_of
     return engine_of(current_app)
 
 
 def _configured_fingerprints() -> frozenset[bytes]:
-    from . import settings_of
     found = current_app.extensions.get("wa_outbox.ops_token_fingerprints")
     if found is None:
         settings = settings_of(current_app)
@@ -119,7 +129,7 @@ def _logged_in() -> bool:
     """Whether this request's cookie is a live session; a cookie that is not forgets its secret."""
     if "ops_logged_in" not in g:
         secret = session.get(SESSION_FIELD)
-        g.ops_logged_in = bool(secret) and ops_sessions.is_live(_engine(), secret, _configured_fingerprints())
+        g.ops_logged_in = bool(secret and ops_sessions.is_live(_engine(), secret, _configured_fingerprints()))
         if secret and not g.ops_logged_in:
             session.pop(SESSION_FIELD, None)
     return g.ops_logged_in
@@ -185,7 +195,6 @@ def login():
 
 @blueprint.post("/login")
 def login_submit():
-    from . import settings_of
     throttle = auth_throttle.of(current_app)
     client = throttle.client()
     wait = throttle.retry_after(client)
@@ -234,18 +243,20 @@ def index():
     oldest = next((r.oldest_age_seconds for r in depth
                    if r.queue == "notifications" and r.status == "queued"), None)
     labels = [m.minute.strftime("%H:%M") for m in minutes]
-    charts = [
-        {"name": "waiting (estimated)", "kind": "line", "values": ops.depth_series(waiting, minutes)},
-        {"name": "sent / min", "kind": "bars", "values": [m.sent for m in minutes]},
-        {"name": "failed / min", "kind": "bars", "values": [m.failed for m in minutes]},
-        {"name": "dead / min", "kind": "bars", "values": [m.dead for m in minutes]},
+    series = [
+        ("waiting (estimated)", "line", ops.depth_series(waiting, minutes)),
+        ("sent / min", "bars", [m.sent for m in minutes]),
+        ("failed / min", "bars", [m.failed for m in minutes]),
+        ("dead / min", "bars", [m.dead for m in minutes]),
     ]
-    for chart in charts:
-        chart["total"] = sum(chart["values"]) if chart["kind"] == "bars" else chart["values"][-1]
-        chart["max"] = max(chart["values"], default=0)
-        chart["bars"] = ops.bars(chart["values"], labels) if chart["kind"] == "bars" else []
-        chart["points"] = ops.line_points(chart["values"]) if chart["kind"] == "line" else ""
-    return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest, charts=charts,
+    charts = [{"name": name, "kind": kind, "values": values,
+               "total": sum(values) if kind == "bars" else values[-1],
+               "max": max(values, default=0),
+               "bars": ops.bars(values, labels) if kind == "bars" else [],
+               "points": ops.line_points(values) if kind == "line" else ""}
+              for name, kind, values in series]
+    return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest,
+                 charts=charts,
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
                  workers=ops.workers(engine), senders=ops.senders(engine), dead_groups=ops.dead_groups(engine),
                  campaigns=ops.campaigns(engine))
@@ -331,7 +342,6 @@ def resume_sender():
 @blueprint.post("/campaigns/<any(pause, resume, cancel):action>")
 def steer_campaign(action: str):
     """Pause, resume or cancel a campaign, as `wa-outbox campaign …` does; the timeline names the session."""
-    from .. import campaigns
     name = request.form.get("name", "")
     if not name or len(name) > 200:
         abort(400, "name must be a campaign's name")
@@ -370,7 +380,7 @@ def _time(value: Any) -> str:
             value = datetime.datetime.fromisoformat(value)
         except ValueError:
             return value
-    return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 @blueprint.app_template_filter("ops_json")

@@ -23,6 +23,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import logs, metrics
 from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, events_of_body, verify_signature
+from .app_state import settings_of
 from .errors import json_error
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ _STORE_ERROR_KEY = "wa_outbox.webhook_store_error"  # storing failed: the view r
 
 @blueprint.get(PATH)
 def verify_subscription():
-    from . import settings_of
     mode = request.args.get("hub.mode", "")
     token = request.args.get("hub.verify_token", "")
     challenge = request.args.get("hub.challenge", "")
@@ -48,7 +48,6 @@ def verify_subscription():
 
 @blueprint.post(PATH)
 def receive():
-    from . import settings_of
     try:
         body = _whole_body()
     except RequestEntityTooLarge:  # answered 413 by errors.py
@@ -56,7 +55,7 @@ def receive():
         log.warning("webhook rejected: body larger than %s bytes", current_app.config["MAX_CONTENT_LENGTH"])
         raise
     try:
-        verify_signature(settings_of(current_app).app_secret, body, request.headers.get(SIGNATURE_HEADER))
+        verify_signature(settings_of(current_app).required("app_secret"), body, request.headers.get(SIGNATURE_HEADER))
         events = events_of_body(body)
     except SignatureError as exc:
         metrics.webhook_rejected.labels(reason=metrics.Rejection.SIGNATURE).inc()
@@ -105,10 +104,9 @@ class WebhookFastPath:
     prometheus-flask-exporter, the console's line per request. Anything else goes to `flask_wsgi_app`."""
 
     def __init__(self, app: Flask, flask_wsgi_app, request_metrics: tuple | None) -> None:
-        from . import settings_of
         self.flask_wsgi_app = flask_wsgi_app
         self.app = app
-        self.secret = settings_of(app).app_secret
+        self.secret = settings_of(app).required("app_secret")
         self.store = app.extensions["wa_outbox.webhook_store"]
         # (duration histogram, total counter) of prometheus-flask-exporter, children resolved once for the only
         # answer this path gives; None when the app has no request metrics.

@@ -13,10 +13,10 @@ from flask import Flask
 
 from .. import logs
 from ..config import ConfigError, Settings
+from . import create_app
 
 
 def build_app() -> Flask:
-    from . import create_app
     try:
         settings = Settings.from_env().require_web()
     except ConfigError as exc:

@@ -24,13 +24,15 @@ import os
 import socket
 import threading
 import uuid
+from wsgiref.simple_server import WSGIServer
 
 import psycopg
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, start_http_server
 
 from .. import db, queries
-from ..metrics import WorkerMetrics
 from ..config import Settings, redact_url, scrub
+from ..metrics import WorkerMetrics, worker_families
 from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
 from ._heartbeat import MetricsFlusher, beat, gone
@@ -53,7 +55,7 @@ CONNECT_TIMEOUT = 5        # seconds: a try must not block SIGTERM for long
 def database_not_ready(settings: Settings) -> str | None:
     """Why the worker cannot start yet (the database does not answer, or is not migrated to this version's head),
     or None when it can."""
-    from .. import migrate
+    from .. import migrate  # noqa: PLC0415 - alembic takes a second to import: only `wa-outbox worker` checks this
     try:
         with db.connect(settings, connect_timeout=CONNECT_TIMEOUT, autocommit=True,
                         application_name="wa-outbox-worker") as conn:
@@ -61,8 +63,8 @@ def database_not_ready(settings: Settings) -> str | None:
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         return "the database is not migrated yet (is the release phase, `wa-outbox db upgrade`, still running?)"
     except psycopg.Error as exc:
-        return f"cannot reach the database at {redact_url(settings.database_url)}: " + \
-            scrub(one_line(exc), settings.database_url)
+        url = settings.required("database_url")
+        return f"cannot reach the database at {redact_url(url)}: " + scrub(one_line(exc), url)
     needed, known = migrate.head(), migrate.revisions()
     if current is None or (current != needed and current in known):
         return (f"the database schema is at {current or 'no revision'}, this version needs {needed} "
@@ -102,8 +104,8 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.engine = engine or db.create_engine(
-            settings.database_url, pool_size=4, application_name="wa-outbox-worker", isolation_level="AUTOCOMMIT",
-            prepared_statements=settings.db_prepared_statements)
+            settings.required("database_url"), pool_size=4, application_name="wa-outbox-worker",
+            isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
         self.transport = transport or (DryRunTransport() if settings.dry_run else GraphTransport(
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
             connect_timeout=settings.connect_timeout, read_timeout=settings.send_timeout))
@@ -114,7 +116,7 @@ class Worker:
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
             self.policy, settings.lease_seconds, metrics=self.metrics)
-        self._metrics_server = None
+        self._metrics_server: WSGIServer | None = None
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
         self._recorder_done = threading.Event()
@@ -152,7 +154,7 @@ class Worker:
         log.info("worker %s stopping: %d sends in flight", self.worker_id, self.sender.in_flight)
         try:
             beat(self.engine, self.worker_id, "stopping", self._info())
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best effort: stopping goes on without the database
             pass
         left = self.sender.drain(self.settings.shutdown_grace)
         if left:
@@ -168,7 +170,7 @@ class Worker:
             log.warning("could not retire this worker's metrics: %s", one_line(exc))
         try:
             gone(self.engine, self.worker_id)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best effort: a stale heartbeat row is only shown as not alive
             pass
         self.transport.close()
         if self._metrics_server is not None:
@@ -224,7 +226,7 @@ class Worker:
                             scrub(one_line(exc), self.settings.database_url))
                 self.stopping.wait(delay)
                 continue
-            except Exception:  # noqa: BLE001 - keep going; the lease returns the batch to the queue
+            except Exception:  # keep going; the lease returns the batch to the queue
                 log.exception("inbound batch failed")
             self.stopping.wait(INBOUND_IDLE_WAIT)
 
@@ -240,9 +242,6 @@ class Worker:
 
     def _serve_metrics(self, port: int) -> None:
         """This worker's own metrics on http://0.0.0.0:<port>/metrics, where the platform lets it be scraped."""
-        from prometheus_client import CollectorRegistry, start_http_server
-        from ..metrics import worker_families
-
         metrics = self.metrics
 
         class _Collector:
@@ -269,5 +268,5 @@ class Worker:
                 step()
             except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away: the next round retries
                 log.warning("maintenance step failed: %s", scrub(one_line(exc), self.settings.database_url))
-            except Exception:  # noqa: BLE001 - one failing step must not stop the others
+            except Exception:  # one failing step must not stop the others
                 log.exception("maintenance step failed")

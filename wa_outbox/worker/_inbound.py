@@ -21,8 +21,9 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -155,8 +156,8 @@ def _first_item(payload: Any, list_name: str) -> dict:
 def _is_the_statements_fault(exc: Exception) -> bool:
     """Whether the database refused the statement for its input (so bisecting the batch finds the culprit), rather
     than the connection or server failing (so every event would fail alike)."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    return isinstance(exc, psycopg.Error) and bool(sqlstate) and not sqlstate.startswith(_INFRASTRUCTURE_SQLSTATES)
+    sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    return bool(sqlstate and not sqlstate.startswith(_INFRASTRUCTURE_SQLSTATES))
 
 
 # --- the processor -----------------------------------------------------------------------------------------------
@@ -212,7 +213,8 @@ class InboundProcessor:
                     continue
                 if not keeper.holds(event.id):
                     self.stats["lease_lost"] += 1
-                    self.metrics.count("wa_outbox_inbound_events_total", kind=event.kind, result=InboundResult.LEASE_LOST)
+                    self.metrics.count("wa_outbox_inbound_events_total", kind=event.kind,
+                                       result=InboundResult.LEASE_LOST)
                     log.warning("inbound event %s: lease lost, left to the worker that holds it now", event.id,
                                 extra={"correlation_id": event.correlation_id})
                     continue
@@ -384,7 +386,7 @@ class _LeaseKeeper:
             try:
                 renewed = queries.renew_webhook_leases(self.engine, ids=ids, worker_id=self.worker_id,
                                                        lease_seconds=self.lease_seconds)
-            except Exception:  # noqa: BLE001 - try again at the next tick, well within the lease
+            except Exception:  # try again at the next tick, well within the lease
                 log.warning("could not renew the inbound batch's lease", exc_info=True)
                 continue
             with self._lock:

@@ -24,6 +24,8 @@ from ._classify import SendResult
 class Transport(Protocol):
     def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult: ...
 
+    def close(self) -> None: ...
+
 
 class GraphTransport:
     def __init__(self, base_url: str, access_token: str, *, pool_size: int, connect_timeout: float = 5.0,
@@ -81,7 +83,8 @@ class DryRunTransport:
     """Accepts everything without a network call: the queue machinery alone (staging, benchmarks)."""
 
     def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult:
-        return SendResult(http_status=200, body={"messages": [{"id": f"wamid.dryrun.{body.get('biz_opaque_callback_data')}"}]})
+        wamid = f"wamid.dryrun.{body.get('biz_opaque_callback_data')}"
+        return SendResult(http_status=200, body={"messages": [{"id": wamid}]})
 
     def close(self) -> None:
         pass
