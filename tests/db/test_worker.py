@@ -4,7 +4,6 @@ posting signed status webhooks to the real web app, which the worker then proces
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import time
 

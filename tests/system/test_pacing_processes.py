@@ -10,7 +10,8 @@ from tests.live import SENDER, wait_for
 from tests.system.test_worker_process import start_worker_process
 
 
-def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_send_each_message_once(database_url, db, sender, sim, run):
+def test_four_worker_processes_never_exceed_the_rate_in_any_second_and_send_each_message_once(
+        database_url, db, sender, sim, run):
     """20/s shared by 4 processes; the simulator enforces 20/s as Meta does (130429 beyond it)."""
     rate, n = 20, 200
     sim.configure(mps=rate, webhook_url=None)  # no status webhooks: less load on the machine

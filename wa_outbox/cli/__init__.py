@@ -13,8 +13,10 @@ import sys  # noqa: F401 - cli.sys, as before the split (tests patch cli.sys.std
 
 import click
 
-from .. import __version__
-from .. import logs  # noqa: F401 - cli.logs: tests silence cli.logs.configure
+from .. import (
+    __version__,
+    logs,  # noqa: F401 - cli.logs: tests silence cli.logs.configure
+)
 from . import campaigns, db, dlq, messages, processes, prune, ratelimit
 from ._errors import CliError, _Main, describe_database_error
 from ._output import _tsv  # noqa: F401 - the names wa_outbox.cli had before it became a package

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import click
-
 from .. import logs
 from ..config import ConfigError, Settings
 from ..db import with_database
@@ -30,7 +28,7 @@ def _settings(*, service: bool = False) -> Settings:
 
 def _engine(settings: Settings):
     from ..db import create_engine
-    return create_engine(settings.database_url, pool_size=1, application_name="wa-outbox-cli",
+    return create_engine(settings.required("database_url"), pool_size=1, application_name="wa-outbox-cli",
                          isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
 
 

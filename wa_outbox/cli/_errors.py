@@ -21,7 +21,12 @@ class ConfigurationError(click.ClickException):
 
 
 class CliError(click.ClickException):
-    """A failure shown as one line `wa-outbox: …` on stderr, exit status 1."""
+    """A failure shown as one line `wa-outbox: …` on stderr, exit status 1 (or `exit_code`)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        # click's stubs declare exit_code a ClassVar, yet click reads it from the instance: one code per failure.
+        self.exit_code = exit_code  # type: ignore[misc]
 
     def show(self, file=None) -> None:
         click.echo(f"wa-outbox: {self.format_message()}", file=file, err=file is None)
@@ -32,8 +37,11 @@ def describe_database_error(exc: BaseException) -> str:
     Postgres's own first line. `exc` is a psycopg, SQLAlchemy or alembic error (SQLAlchemy wraps psycopg's)."""
     import psycopg
     cause: BaseException = exc
-    while not isinstance(cause, psycopg.Error) and (getattr(cause, "orig", None) or cause.__cause__):
-        cause = getattr(cause, "orig", None) or cause.__cause__
+    while not isinstance(cause, psycopg.Error):
+        inner = getattr(cause, "orig", None) or cause.__cause__
+        if inner is None:
+            break
+        cause = inner
     lines = str(cause).strip().splitlines()
     first = lines[0] if lines else type(cause).__name__
     url = os.environ.get("DATABASE_URL")
@@ -73,10 +81,9 @@ class _Main(click.Group):
             raise
         except click.ClickException as exc:
             # A command that turned a database error into its own message: describe the original the same way.
-            error = CliError(describe_database_error(exc.__context__) if _is_database_error(exc.__context__)
-                             else exc.format_message())
-            error.exit_code = exc.exit_code
-            raise error from None
+            context = exc.__context__
+            raise CliError(describe_database_error(context) if context is not None and _is_database_error(context)
+                           else exc.format_message(), exit_code=exc.exit_code) from None
         except Exception as exc:
             if _is_database_error(exc):
                 raise CliError(describe_database_error(exc)) from None

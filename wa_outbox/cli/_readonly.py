@@ -68,7 +68,7 @@ def _is_on(option) -> bool:
     if arg is None:
         return True
     if isinstance(arg, ast.String):
-        return arg.sval.lower() not in _OFF
+        return (arg.sval or "").lower() not in _OFF
     if isinstance(arg, ast.Integer):
         return arg.ival != 0
     if isinstance(arg, ast.Boolean):

@@ -12,7 +12,6 @@ import time
 
 import click
 
-
 # honcho's colours: each process's lines start with its name in its own colour.
 _PREFIX_COLOURS = ("\033[36m", "\033[33m", "\033[32m", "\033[35m", "\033[34m")
 
@@ -89,6 +88,7 @@ def _prefix(name: str, index: int, commands: dict) -> str:
 
 
 def _pump(proc: subprocess.Popen, prefix: str) -> None:
+    assert proc.stdout is not None  # started with stdout=PIPE
     for raw in iter(proc.stdout.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
         sys.stdout.write(f"{prefix}{line}\n")

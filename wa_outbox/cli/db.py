@@ -21,7 +21,7 @@ def db_upgrade(revision: str | None, revision_option: str | None) -> None:
     """Apply migrations up to REVISION (default `head`; `+1` one step) — the Procfile's release phase."""
     from .. import migrate
     settings = _settings()
-    migrate.upgrade(settings.database_url, revision or revision_option or "head",
+    migrate.upgrade(settings.required("database_url"), revision or revision_option or "head",
                     prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
     click.echo(f"wa-outbox: schema at {_schema_at(settings)}")
@@ -34,7 +34,7 @@ def db_downgrade(revision: str) -> None:
     object)."""
     from .. import migrate
     settings = _settings()
-    migrate.downgrade(settings.database_url, revision, prepared_statements=settings.db_prepared_statements)
+    migrate.downgrade(settings.required("database_url"), revision, prepared_statements=settings.db_prepared_statements)
     at = _schema_at(settings)
     if at == "base":  # nothing of wa-outbox's is left but alembic's empty version table and the schema: drop them
         from .. import queries
@@ -47,6 +47,7 @@ def db_downgrade(revision: str) -> None:
 def _schema_at(settings: Settings) -> str:
     """The applied revision, or `base` when none is (the schema is gone)."""
     import psycopg
+
     from .. import queries
     from ..db import connect
     with connect(settings, autocommit=True) as conn:
@@ -65,7 +66,7 @@ def db_current() -> None:
     """Show the applied revision."""
     from .. import migrate
     settings = _settings()
-    migrate.current(settings.database_url, prepared_statements=settings.db_prepared_statements)
+    migrate.current(settings.required("database_url"), prepared_statements=settings.db_prepared_statements)
 
 
 db.add_command(db_query)

@@ -36,6 +36,7 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
     transaction with a statement and a lock timeout. Anything else is refused before it runs. With `--write` it runs
     in its own transaction, committed."""
     import psycopg
+
     from .. import queries
     from ..db import connect
     from . import _readonly
@@ -98,7 +99,8 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
                 click.echo(_tsv(names))
             for row in cursor:
                 if as_json:
-                    click.echo(_json.dumps(dict(zip(names, row)), default=_json_default, ensure_ascii=False))
+                    click.echo(_json.dumps(dict(zip(names, row, strict=True)), default=_json_default,
+                                           ensure_ascii=False))
                 else:
                     click.echo(_tsv(_cell(v, i in json_columns) for i, v in enumerate(row)))
         if not write:
@@ -116,6 +118,7 @@ def db_support_role(name: str, password_stdin: bool) -> None:
     (notification_timeline, queue_health, …) only, no access to its tables; by default read-only sessions with a
     30 s statement and a 2 s lock timeout when it logs in. Safe to repeat."""
     from psycopg import sql as q
+
     from .. import queries
     from ..db import connect
     if not name or len(name.encode()) > 63 or "\x00" in name:

@@ -20,7 +20,9 @@ from ._output import _echo_json, _print_notification, _tsv
 def send(to, text, template, lang, message_json, idempotency_key, correlation_id, phone_number_id) -> None:
     """Queue one message (the worker sends it) and print its id."""
     import json as _json
+
     import psycopg
+
     from .. import outbox
     from ..messages import InvalidMessage
     given = [x for x in (text, template, message_json) if x is not None]

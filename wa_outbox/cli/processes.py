@@ -95,7 +95,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
         os.environ["WHATSAPP_API_BASE_URL"] = f"{sim_url}/v23.0"
     settings = _settings()
     from .. import migrate
-    migrate.upgrade(settings.database_url, prepared_statements=settings.db_prepared_statements)
+    migrate.upgrade(settings.required("database_url"), prepared_statements=settings.db_prepared_statements)
     _record_default_sender(settings)
 
     web_url = f"http://127.0.0.1:{port}"
@@ -106,7 +106,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                                  "--status-delay-ms", str(status_delay_ms)]
     token = settings.api_tokens[0]
     auth = f"-H 'Authorization: Bearer {token}'"
-    click.echo(f"wa-outbox dev: postgres   {redact_url(settings.database_url)}")
+    click.echo(f"wa-outbox dev: postgres   {redact_url(settings.required('database_url'))}")
     click.echo(f"wa-outbox dev: web        {web_url}  (webhooks {web_url}/webhooks/whatsapp, "
                f"metrics {web_url}/metrics, API token {token})")
     click.echo(f"wa-outbox dev: worker     sending to {settings.api_base_url}")

@@ -35,9 +35,8 @@ def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> N
     except KeyboardInterrupt:
         progress.finish()
         _prune_summary(result, as_json, interrupted=True)
-        error = CliError("interrupted: the batches done are committed; run prune again to carry on")
-        error.exit_code = 130
-        raise error from None
+        raise CliError("interrupted: the batches done are committed; run prune again to carry on",
+                       exit_code=130) from None
     progress.finish()
     _prune_summary(result, as_json, interrupted=False)
 

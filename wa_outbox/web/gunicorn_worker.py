@@ -75,7 +75,8 @@ class Framing:
         return self.body_end >= 0 and len(buf) >= self.body_end
 
     def _read_head(self, head: bytes, max_body: int) -> None:
-        lengths, codings = [], []
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             name = name.lower()
@@ -399,7 +400,7 @@ class BufferedThreadWorker(ThreadWorker):
 
     def handle_request(self, req, conn):
         if conn.sent_continue:
-            req._expected_100_continue = False  # sent already, by _complete
+            req._expected_100_continue = False  # noqa: SLF001 - sent already, by _complete: not twice
         if conn.close_after:
             req.force_close()
         return super().handle_request(req, conn)
