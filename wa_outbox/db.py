@@ -51,7 +51,7 @@ Row = dict[str, Any]
 def fetch(engine: sa.Engine, name: str, params: dict[str, Any] | None = None, *,
           row_factory: RowFactory[Any] = dict_row) -> list[Any]:
     """Run named query `name` as one autocommit statement on a pooled raw psycopg connection; return its rows, each
-    a dict by column name (or what `row_factory` makes of it: wa_outbox/queries.py passes class_row). `engine` must be
+    a dict by column name (or what `row_factory` makes of it: wa_outbox/queries/ passes class_row). `engine` must be
     an autocommit engine. The hot paths use this: one round trip, no ORM.
 
     If the database dropped the connection (restart, failover), the idle pool is emptied; the statement is tried once

@@ -1,4 +1,4 @@
-"""What the /ops page reads and does: its reads (wa_outbox/sql/ops_*.sql through wa_outbox/queries.py, each served by
+"""What the /ops page reads and does: its reads (wa_outbox/sql/ops_*.sql through wa_outbox/queries/, each served by
 an index) with the page's limits, its dead-letter group actions, and the pure arithmetic behind its charts. The views
 in wa_outbox/web/ops_views.py only render these. Single messages are wa_outbox/outbox.py's."""
 

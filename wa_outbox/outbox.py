@@ -1,6 +1,6 @@
 """Operations on messages for people and the API, each with a rule beyond its query: accept one message from a
 request (validated, with a generated idempotency key), look one up by any term, requeue, cancel, purge and prune
-dead or finished ones. The queries are wa_outbox/queries.py's; the /ops page's reads are wa_outbox/ops.py's, the
+dead or finished ones. The queries are wa_outbox/queries/'s; the /ops page's reads are wa_outbox/ops.py's, the
 campaigns' wa_outbox/campaigns.py's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SQL console's typed queries (wa_outbox/queries.py: console_begin, console_volatile_calls, support_role_state)
+"""The SQL console's typed queries (wa_outbox/queries/: console_begin, console_volatile_calls, support_role_state)
 run on the connection the console holds, inside its transaction: what console_begin sets lasts for that transaction
 only, and the rows come back as their dataclasses."""
 

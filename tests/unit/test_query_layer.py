@@ -1,5 +1,5 @@
 """The typed query layer stays complete: every named query (wa_outbox/sql/*.sql) has exactly one function in
-wa_outbox/queries.py, named as its file, and every public function there names an existing file; rows are frozen
+wa_outbox/queries/, named as its file, and every public function there names an existing file; rows are frozen
 dataclasses. Also: the enqueue path never imports the simulator, and config does not import meta_schema. No
 database needed."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import subprocess
 import sys
 from importlib import resources
@@ -19,26 +21,41 @@ from wa_outbox import queries
 # schema.sql is the readable schema (tests/db/test_schema_file.py), not a query.
 SQL_FILES = sorted(p.name.removesuffix(".sql") for p in resources.files("wa_outbox").joinpath("sql").iterdir()
                    if p.name.endswith(".sql") and p.name != "schema.sql")
-FUNCTIONS = {name: f for name, f in inspect.getmembers(queries, inspect.isfunction)
-             if f.__module__ == queries.__name__ and not name.startswith("_")}
-# Row types: the classes queries.py defines.
-ROW_TYPES = [c for _, c in inspect.getmembers(queries, inspect.isclass) if c.__module__ == queries.__name__]
+# The package's modules, one per concern (wa_outbox/queries/<concern>.py), and what they define.
+MODULES = [importlib.import_module(f"{queries.__name__}.{m.name}") for m in pkgutil.iter_modules(queries.__path__)
+           if not m.name.startswith("_")]
+FUNCTIONS = {name: f for module in MODULES for name, f in inspect.getmembers(module, inspect.isfunction)
+             if f.__module__ == module.__name__ and not name.startswith("_")}
+ROW_TYPES = [c for module in MODULES for _, c in inspect.getmembers(module, inspect.isclass)
+             if c.__module__ == module.__name__]
+
+
+def test_the_package_exports_every_function_and_row_type():
+    """Callers write `queries.<name>`: whatever module of the package defines it."""
+    assert all(getattr(queries, name, None) is f for name, f in FUNCTIONS.items())
+    assert all(getattr(queries, c.__name__, None) is c for c in ROW_TYPES)
+
+
+def test_each_name_is_defined_once():
+    defined = [name for module in MODULES for name, f in inspect.getmembers(module, inspect.isfunction)
+               if f.__module__ == module.__name__ and not name.startswith("_")]
+    assert len(defined) == len(set(defined))
 
 
 def test_every_sql_file_has_its_function():
     missing = [name for name in SQL_FILES if name not in FUNCTIONS]
-    assert not missing, f"named queries without a function in wa_outbox/queries.py: {missing}"
+    assert not missing, f"named queries without a function in wa_outbox/queries/: {missing}"
 
 
 def test_every_function_names_an_existing_sql_file():
     orphans = [name for name in FUNCTIONS if name not in SQL_FILES]
-    assert not orphans, f"functions in wa_outbox/queries.py without wa_outbox/sql/<name>.sql: {orphans}"
+    assert not orphans, f"functions in wa_outbox/queries/ without wa_outbox/sql/<name>.sql: {orphans}"
 
 
 def test_each_function_runs_its_own_file_and_only_that():
     """The query name a function passes (db.fetch/_rows/…, db.query) is its own: no copy-paste slip runs another."""
-    tree = ast.parse(inspect.getsource(queries))
-    for node in tree.body:
+    nodes = [node for module in MODULES for node in ast.parse(inspect.getsource(module)).body]
+    for node in nodes:
         if not isinstance(node, ast.FunctionDef) or node.name not in FUNCTIONS:
             continue
         named = {arg.value for call in ast.walk(node) if isinstance(call, ast.Call)
