@@ -13,7 +13,7 @@ from pathlib import Path
 import requests
 
 from tests.live import wait_for
-from tests.system.test_processes import free_port
+from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "dev-api-token-0123456789"

@@ -14,7 +14,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import wait_for
-from tests.system.test_processes import ROOT, free_port, service_env, wait_until_up
+from tests.processes import ROOT, free_port, service_env, wait_until_up
 from wa_outbox.metrics import RequestLabels
 
 KNOWN_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PATCH")  # the last three: routed nowhere

@@ -14,8 +14,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import wait_for
+from tests.processes import ROOT, free_port, service_env, wait_until_up
 from tests.system.test_alerts import alert_rules, dashboard_expressions
-from tests.system.test_processes import ROOT, free_port, service_env, wait_until_up
 from tests.system.test_worker_process import start_worker_process
 from wa_outbox.metrics import WORKER_COUNTERS, InboundResult, Rejection, SendOutcome, WebhookResult, send_outcome
 from wa_outbox.states import MessageStatus, WebhookEventKind, WebhookEventStatus

@@ -22,7 +22,7 @@ import requests
 
 from tests.conftest import API_TOKEN, APP_SECRET, _with_dbname, create_scratch_database, drop_database
 from tests.live import wait_for
-from tests.system.test_processes import free_port
+from tests.processes import free_port
 from wa_outbox import migrate
 
 ROOT = Path(__file__).resolve().parents[2]

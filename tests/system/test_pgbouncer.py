@@ -27,7 +27,7 @@ from psycopg import conninfo
 
 from tests.conftest import API_TOKEN, APP_SECRET, create_scratch_database, drop_database
 from tests.live import SENDER, wait_for
-from tests.system.test_processes import free_port, service_env, wait_until_up
+from tests.processes import free_port, service_env, wait_until_up
 from wa_outbox import db
 from wa_outbox.config import ConfigError, Settings
 from wa_outbox.simulator import SimulatorServer

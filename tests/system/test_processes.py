@@ -2,46 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import requests
 
-from tests.conftest import API_TOKEN, APP_SECRET, meta_body
-from tests.live import wait_for
+from tests.conftest import APP_SECRET, meta_body
+from tests.processes import ROOT, free_port, service_env, wait_until_up
 from wa_outbox.webhooks import sign
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def service_env(database_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
-    env.update(DATABASE_URL=database_url, WHATSAPP_APP_SECRET=APP_SECRET, WHATSAPP_VERIFY_TOKEN="vt",
-               WA_OUTBOX_API_TOKENS=API_TOKEN, WEB_CONCURRENCY="2", WA_OUTBOX_WEB_THREADS="2", LOG_LEVEL="INFO")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(extra)
-    return env
-
-
-def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
-    """Until `url` answers 200 (a loaded machine may take a while to boot gunicorn's workers)."""
-    def up() -> bool:
-        assert proc.poll() is None, proc.communicate()[0]
-        try:
-            return requests.get(url, timeout=5).ok
-        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or slow to answer under load
-            return False
-    wait_for(up, timeout=seconds, interval=0.1, what=f"{url} to come up")
 
 
 def test_gunicorn_serves_the_receiver_and_stops_cleanly_on_sigterm(database_url, db):

@@ -4,33 +4,22 @@ thread (wa_outbox/web/gunicorn_worker.py), everyone else is answered, and they a
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import API_TOKEN, APP_SECRET, meta_body
+from tests.processes import gunicorn
 from wa_outbox.web.gunicorn_worker import BUDGET_REQUESTS, HEAD_ALLOWANCE
 from wa_outbox.webhooks import sign
 
-ROOT = Path(__file__).resolve().parents[2]
 READ_TIMEOUT = 20   # seconds: long enough for the normal traffic below to go by beside the tricklers, usually
 MAX_BYTES = 65536
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,34 +31,10 @@ def web(database_url):
 
 @contextlib.contextmanager
 def _gunicorn(database_url: str, **extra: str):
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(DATABASE_URL=database_url, WHATSAPP_APP_SECRET=APP_SECRET, WHATSAPP_VERIFY_TOKEN="vt",
-               WA_OUTBOX_API_TOKENS=API_TOKEN, WA_OUTBOX_WEB_THREADS="2", LOG_LEVEL="WARNING",
-               WA_OUTBOX_BIND=f"127.0.0.1:{port}", WA_OUTBOX_REQUEST_READ_TIMEOUT=str(READ_TIMEOUT),
-               WA_OUTBOX_WEBHOOK_MAX_BYTES=str(MAX_BYTES))
-    env.update(extra)
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf",
-                             "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "gunicorn did not come up"
-            try:
-                if requests.get(f"{base}/healthz", timeout=5).ok:
-                    break
-            except (requests.ConnectionError, requests.Timeout):
-                threading.Event().wait(0.1)  # not listening yet: poll again
+    with gunicorn(database_url, LOG_LEVEL="WARNING", WA_OUTBOX_REQUEST_READ_TIMEOUT=str(READ_TIMEOUT),
+                  WA_OUTBOX_WEBHOOK_MAX_BYTES=str(MAX_BYTES), **extra) as (port, output):
         yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=60)[0]
-    assert proc.returncode == 0, output
-    assert "Traceback" not in output, output
+    assert "Traceback" not in output[0], output[0]
 
 
 def webhook(wamid: str) -> tuple[bytes, dict]:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import APP_SECRET, meta_body
 from tests.live import serve
-from tests.system.test_processes import ROOT, free_port, service_env, wait_until_up
+from tests.processes import ROOT, free_port, service_env, wait_until_up
 from wa_outbox.webhooks import sign
 
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import SENDER, running_worker, wait_for, worker_settings
-from tests.system.test_processes import free_port
+from tests.processes import free_port
 from wa_outbox import db as wa_db
 from wa_outbox.metrics import WorkerMetrics
 from wa_outbox.web import create_app
@@ -167,7 +167,7 @@ def test_under_gunicorn_each_series_appears_once_never_once_per_worker_process(d
 
     import requests
 
-    from tests.system.test_processes import ROOT, service_env, wait_until_up
+    from tests.processes import ROOT, service_env, wait_until_up
     metrics = WorkerMetrics()
     metrics.count("wa_outbox_claims_total", 3)
     MetricsFlusher(engine, "w1", metrics).flush()

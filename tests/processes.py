@@ -1,0 +1,66 @@
+"""Real processes for the system tests: a free port, the environment a service starts with, and a gunicorn started
+as the Procfile starts it (`gunicorn --config python:wa_outbox.gunicorn_conf wsgi:app`), up when it answers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import requests
+
+from tests.conftest import API_TOKEN, APP_SECRET
+from tests.live import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def service_env(database_url: str, **extra: str) -> dict[str, str]:
+    """This process's environment less every wa-outbox and WhatsApp variable, plus a web's required ones."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "WA_OUTBOX_"))}
+    env.update(DATABASE_URL=database_url, WHATSAPP_APP_SECRET=APP_SECRET, WHATSAPP_VERIFY_TOKEN="vt",
+               WA_OUTBOX_API_TOKENS=API_TOKEN, WEB_CONCURRENCY="2", WA_OUTBOX_WEB_THREADS="2", LOG_LEVEL="INFO")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(extra)
+    return env
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
+    """Until `url` answers 200 (a loaded machine may take a while to boot gunicorn's workers)."""
+    def up() -> bool:
+        assert proc.poll() is None, proc.communicate()[0]
+        try:
+            return requests.get(url, timeout=5).ok
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or slow to answer under load
+            return False
+    wait_for(up, timeout=seconds, interval=0.1, what=f"{url} to come up")
+
+
+@contextlib.contextmanager
+def gunicorn(database_url: str, ready_path: str = "/healthz", **extra: str) -> Iterator[tuple[int, list[str]]]:
+    """A real gunicorn on a free port with `service_env(database_url, **extra)`; yields (port, output), the output
+    filled once it stopped. Stopped with SIGTERM; it must exit 0."""
+    port = free_port()
+    env = service_env(database_url, WA_OUTBOX_BIND=f"127.0.0.1:{port}", **extra)
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf",
+                             "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    output: list[str] = []
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}{ready_path}", proc)
+        yield port, output
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output.append(proc.communicate(timeout=60)[0])
+    assert proc.returncode == 0, output[0]
