@@ -10,13 +10,8 @@ import re
 import pytest
 
 from tests.conftest import API_TOKEN
+from tests.db.test_ops import _csrf
 from wa_outbox.web import auth_throttle, create_app, engine_of
-
-
-def _csrf(html: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert match, "no CSRF token in the page"
-    return match.group(1)
 
 
 @pytest.fixture

@@ -7,28 +7,16 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import re
 
 import pytest
 
 from tests.conftest import API_TOKEN
+from tests.db.test_ops import _csrf, _login
 from wa_outbox import outbox
 from wa_outbox.web import create_app, engine_of
 
 OTHER_TOKEN = "another-api-token-abcdefghij"
 COOKIE = "wa_outbox_ops"
-
-
-def _csrf(html: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert match, "no CSRF token in the page"
-    return match.group(1)
-
-
-def _login(client, token: str = API_TOKEN):
-    page = client.get("/ops/login")
-    return client.post("/ops/login", data={"token": token, "csrf_token": _csrf(page.get_data(as_text=True)),
-                                           "next": "/ops"})
 
 
 def _page_csrf(client) -> str:
