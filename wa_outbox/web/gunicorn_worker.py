@@ -234,12 +234,9 @@ class BufferedThreadWorker(ThreadWorker):
             self.poller.register(conn.sock, selectors.EVENT_READ, callback)
 
     def on_request_readable(self, conn: ReadingConn, _sock):
-        try:
-            data = conn.sock.recv(RECV_SIZE)
-        except (BlockingIOError, InterruptedError):
+        data = _recv(conn.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:  # the client went away before sending a whole request
             self._drop(conn)
             return
@@ -380,12 +377,9 @@ class BufferedThreadWorker(ThreadWorker):
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering_readable, conn))
 
     def _on_lingering_readable(self, conn, _sock):
-        try:
-            data = conn.sock.recv(RECV_SIZE)
-        except (BlockingIOError, InterruptedError):
+        data = _recv(conn.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         conn.drained += len(data)
         if not data or conn.drained > LINGER_MAX_BYTES:
             self._end_lingering(conn)
@@ -407,3 +401,14 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _keepalive_after(self, conn, keepalive):
         return keepalive and not conn.close_after and super()._keepalive_after(conn, keepalive)
+
+
+def _recv(sock) -> bytes | None:
+    """What a non-blocking socket has: None when nothing yet (a spurious wake-up), b"" when the client is gone (its
+    FIN, or an error: either way nothing more will come)."""
+    try:
+        return sock.recv(RECV_SIZE)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
