@@ -221,6 +221,8 @@ def normalize_database_url(raw: str) -> str:
     except ProgrammingError as exc:
         # Scrubbed whole, then its first line: a line break inside the URL must not cut a password out of reach.
         raise _Invalid((scrub(str(exc), url).strip().splitlines() or ["libpq cannot parse it"])[0]) from None
+    except UnicodeDecodeError:  # libpq decoded a %XX sequence that is no UTF-8 (psycopg then cannot read it back)
+        raise _Invalid("a percent-encoded byte sequence is not UTF-8") from None
     if not all(p.strip().isdigit() for p in str(params.get("port") or "5432").split(",")):
         raise _Invalid("the port is not a number")  # libpq would only say so when connecting
     return url

@@ -32,6 +32,7 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # undocumente
 from typing import Any, NamedTuple
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
+WEBHOOK_PATH = "/webhooks/whatsapp"  # where Meta posts (the callback URL is https://<app>/webhooks/whatsapp)
 
 # Natural keys (m:<wamid>, s:<wamid>:<status>[:<participant>]) up to this many characters; longer ones are digested.
 MAX_NATURAL_KEY_LENGTH = 512

@@ -66,7 +66,7 @@ def libpq_says(url: str) -> str:
     (a misparsed URL puts pieces of the password in the host, port or database name), and the URL itself."""
     try:
         values = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
+    except (psycopg.ProgrammingError, UnicodeDecodeError) as exc:  # a %XX sequence that is no UTF-8: psycopg's own
         return str(exc)
     return f'connection to {url} failed: ' + ", ".join(f'{k} "{v}"' for k, v in values.items())
 
@@ -79,6 +79,7 @@ def libpq_says(url: str) -> str:
 @example(("postgresql://app:pa/ssééé@db.example/app", "pa/ssééé"))
 @example(("postgresql://app:pwééé@db.example:99x/app", "pwééé"))
 @example(("postgres://app:/ß@db.example/app?application_name=x@y", "/ß"))
+@example(("postgresql://app:%A0é@db.example/app", "%A0é"))
 def test_a_malformed_database_url_never_shows_its_password(case):
     url, password = case
     try:

@@ -106,3 +106,10 @@ def test_redact_url_and_scrub():
     assert redact_url("not a url u:pw@h") == "***"
     assert scrub('bad token: "p%41ss" in postgresql://u:p%41ss@h/db', "postgresql://u:p%41ss@h/db") == \
         'bad token: "***" in postgresql://u:***@h/db'
+
+
+def test_a_percent_encoded_sequence_that_is_no_utf8_is_one_line_naming_the_variable():
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"DATABASE_URL": "postgresql://app:se%A0cret@db.example/app"})
+    message = str(info.value)
+    assert message.startswith("DATABASE_URL=") and "not UTF-8" in message and "se%A0cret" not in message

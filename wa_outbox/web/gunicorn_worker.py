@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import errno
 import json
+import logging
 import selectors
 import socket
 import time
@@ -30,6 +31,9 @@ from gunicorn.http.unreader import Unreader
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
 from wa_outbox.config import Settings
+from wa_outbox.webhooks import WEBHOOK_PATH
+
+log = logging.getLogger("wa_outbox.web.webhook_views")  # the app logs its own refusals there
 
 HEAD_ALLOWANCE = 64 * 1024  # request line and headers; a real client's are a few hundred bytes
 RECV_SIZE = 256 * 1024
@@ -262,6 +266,8 @@ class BufferedThreadWorker(ThreadWorker):
                              f"request head is larger than {HEAD_ALLOWANCE} bytes")
                 return True
         elif len(conn.buf) > self.max_buffered:
+            if _is_webhook_post(conn.buf):
+                _count_too_large_webhook(self.max_body)
             self._refuse(conn, 413, "Content Too Large", f"body is larger than the limit of {self.max_body} bytes")
             return True
         elif framing.expects_continue and not conn.sent_continue:
@@ -412,3 +418,19 @@ def _recv(sock) -> bytes | None:
         return None
     except OSError:
         return b""
+
+
+def _is_webhook_post(buf: bytes | bytearray) -> bool:
+    """Whether the request in `buf` is a POST to Meta's webhook path (its query string aside)."""
+    method, _, rest = buf.partition(b"\r\n")[0].partition(b" ")
+    return method == b"POST" and rest.partition(b" ")[0].partition(b"?")[0] == WEBHOOK_PATH.encode()
+
+
+def _count_too_large_webhook(limit: int) -> None:
+    """A webhook refused here for its size counts as the app counts the ones it refuses (reason too_large), never as
+    a bad signature, so WaOutboxBadWebhookSignatures does not fire on it."""
+    # Imported when first needed: prometheus_client picks its multiprocess mode on first import (gunicorn_conf).
+    from wa_outbox import metrics  # noqa: PLC0415 - see above
+
+    metrics.webhook_rejected.labels(reason=metrics.Rejection.TOO_LARGE).inc()
+    log.warning("webhook rejected: body larger than %s bytes", limit)

@@ -22,14 +22,14 @@ from flask import Blueprint, Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import logs, metrics
-from ..webhooks import SIGNATURE_HEADER, PayloadError, SignatureError, events_of_body, verify_signature
+from ..webhooks import SIGNATURE_HEADER, WEBHOOK_PATH, PayloadError, SignatureError, events_of_body, verify_signature
 from .app_state import settings_of
 from .errors import json_error
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhooks", __name__)
 
-PATH = "/webhooks/whatsapp"
+PATH = WEBHOOK_PATH
 # WSGI environ keys by which the fast path hands a request over to the Flask view.
 CORRELATION_ID_KEY = "wa_outbox.correlation_id"  # the id the fast path chose (and logged under)
 _STORE_ERROR_KEY = "wa_outbox.webhook_store_error"  # storing failed: the view raises it, so errors.py answers
