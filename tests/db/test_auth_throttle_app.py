@@ -16,12 +16,15 @@ from wa_outbox.web import auth_throttle, create_app, engine_of
 
 @pytest.fixture
 def strict_app(settings, database_url):
-    """The app with a budget of 3 wrong tokens per client (and no refill within a test), behind one proxy (as on
-    Heroku); its summary line only when a test asks for it."""
+    """The app with a budget of 3 wrong tokens per client, behind one proxy (as on Heroku); its summary line only when
+    a test asks for it. Its clock stands still, so nothing refills however slowly a busy machine runs the test: the
+    counts below are the budget's, not the scheduler's."""
     app = create_app(dataclasses.replace(settings, auth_failure_burst=3, auth_failures_per_minute=0.01,
                                          trusted_proxies=1), metrics=False)
     app.testing = True
-    auth_throttle.of(app).summary_seconds = 24 * 3600
+    throttle = auth_throttle.of(app)
+    throttle.summary_seconds = 24 * 3600
+    throttle.clock = lambda: 1000.0
     yield app
     engine_of(app).dispose()
 
