@@ -236,7 +236,7 @@ def test_statuses_piling_up_behind_a_slow_receiver_are_batched(receiver):
             held = receiver.held
             webhooks = sim.stats()["webhooks"]
             return held >= 1 and webhooks["pending"] == held + webhooks["due"]
-        wait_for(piled_up, timeout=10, what="every status held at the gate or due behind it")
+        wait_for(piled_up, timeout=60, what="every status held at the gate or due behind it")
         receiver.gate.set()
         assert sim.wait_for_webhooks_idle(10)
     assert len(receiver.statuses()) == 10
