@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import errno
 import json
-import logging
 import selectors
 import socket
 import time
@@ -32,8 +31,6 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
 from wa_outbox.config import Settings
 from wa_outbox.webhooks import WEBHOOK_PATH
-
-log = logging.getLogger("wa_outbox.web.webhook_views")  # the app logs its own refusals there
 
 HEAD_ALLOWANCE = 64 * 1024  # request line and headers; a real client's are a few hundred bytes
 RECV_SIZE = 256 * 1024
@@ -427,10 +424,8 @@ def _is_webhook_post(buf: bytes | bytearray) -> bool:
 
 
 def _count_too_large_webhook(limit: int) -> None:
-    """A webhook refused here for its size counts as the app counts the ones it refuses (reason too_large), never as
-    a bad signature, so WaOutboxBadWebhookSignatures does not fire on it."""
+    """As the webhook view counts the ones it refuses (webhook_views.refused_too_large)."""
     # Imported when first needed: prometheus_client picks its multiprocess mode on first import (gunicorn_conf).
-    from wa_outbox import metrics  # noqa: PLC0415 - see above
+    from wa_outbox.web.webhook_views import refused_too_large  # noqa: PLC0415 - see above
 
-    metrics.webhook_rejected.labels(reason=metrics.Rejection.TOO_LARGE).inc()
-    log.warning("webhook rejected: body larger than %s bytes", limit)
+    refused_too_large(limit)

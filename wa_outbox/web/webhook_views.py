@@ -46,13 +46,19 @@ def verify_subscription():
     return json_error(403, "verification failed: wrong hub.mode or hub.verify_token")
 
 
+def refused_too_large(limit: int) -> None:
+    """A webhook POST refused for its size, by this view or by the web's worker before the app saw it
+    (gunicorn_worker.py): counted as too_large, never as a bad signature (WaOutboxBadWebhookSignatures)."""
+    metrics.webhook_rejected.labels(reason=metrics.Rejection.TOO_LARGE).inc()
+    log.warning("webhook rejected: body larger than %s bytes", limit)
+
+
 @blueprint.post(PATH)
 def receive():
     try:
         body = _whole_body()
     except RequestEntityTooLarge:  # answered 413 by errors.py
-        metrics.webhook_rejected.labels(reason=metrics.Rejection.TOO_LARGE).inc()
-        log.warning("webhook rejected: body larger than %s bytes", current_app.config["MAX_CONTENT_LENGTH"])
+        refused_too_large(current_app.config["MAX_CONTENT_LENGTH"])
         raise
     try:
         verify_signature(settings_of(current_app).required("app_secret"), body, request.headers.get(SIGNATURE_HEADER))
