@@ -251,7 +251,7 @@ class Settings:
     # POSTs per commit (the commit's flush, not the CPU, bounded it at 4: bench/webhooks.py).
     web_threads: int = 16
     # a request's head and body must arrive within this many seconds of its first byte, else 408 (gunicorn_worker.py)
-    request_read_timeout: float = 10.0       # seconds for a request's head and body to arrive (the web's worker; then 408)
+    request_read_timeout: float = 10.0     # seconds for a request's head and body to arrive (the web's worker: 408)
     db_pool_size: int = 0  # 0: one per thread, at most DEFAULT_WEB_POOL_SIZE
     # False: psycopg prepares no statement on the server (PgBouncer in transaction mode before 1.21: db.connect_options)
     db_prepared_statements: bool = True
