@@ -84,7 +84,9 @@ def clean_tables(request):
         conn.execute("SET LOCAL wa_outbox.allow_prune = 'on'")
         conn.execute("TRUNCATE wa_outbox.notification_events, wa_outbox.notifications, wa_outbox.webhook_events, "
                      "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, "
-                     "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics, wa_outbox.ops_sessions "
+                     "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics, wa_outbox.ops_sessions, "
+                     "wa_outbox.events, wa_outbox.delivery_attempts, wa_outbox.deliveries, wa_outbox.endpoints, "
+                     "wa_outbox.senders, wa_outbox.business_accounts, wa_outbox.app_secrets, wa_outbox.meta_apps "
                      "RESTART IDENTITY")
     yield
 

@@ -9,6 +9,7 @@ or, for a URL, shown with its password replaced by ***.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -203,6 +204,22 @@ def _tokens(raw: str) -> tuple[str, ...]:
     return tokens
 
 
+def _fernet_keys(raw: str) -> tuple[str, ...]:
+    """Each key is 32 bytes in URL-safe base64, as cryptography's Fernet.generate_key() writes it (checked here,
+    without importing cryptography, so that every process fails at start on a malformed key)."""
+    keys = tuple(k.strip() for k in raw.split(",") if k.strip())
+    if not keys:
+        raise _Invalid("no key")
+    for i, key in enumerate(keys, 1):
+        try:
+            ok = len(base64.urlsafe_b64decode(key.encode("ascii"))) == 32 and len(key) == 44
+        except (ValueError, UnicodeEncodeError):
+            ok = False
+        if not ok:  # its position, never the key
+            raise _Invalid(f"key {i} of {len(keys)} is not 32 bytes of URL-safe base64")
+    return keys
+
+
 def normalize_database_url(raw: str) -> str:
     """Accept Heroku's `postgres://` and SQLAlchemy-style URLs; return a plain `postgresql://` libpq URL that libpq
     can parse (ValueError, with libpq's complaint minus the password, otherwise)."""
@@ -283,6 +300,8 @@ class Settings:
     pair_rate_seconds: float = 6.0         # one message per this many seconds to one recipient after the burst (0: off)
     pair_burst: int = 3                    # messages one recipient may get at once
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
+    # Fernet keys (comma-separated, the first encrypts) for the secrets stored in Postgres (secret_box.py)
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -354,6 +373,9 @@ class Settings:
             pair_burst=_parse(env, "WA_OUTBOX_PAIR_BURST", 3, _positive_int,
                               "a positive number of messages one recipient may get at once"),
             service_window=_parse(env, "WA_OUTBOX_SERVICE_WINDOW", "off", _service_window, "off or enforce"),
+            secret_keys=_parse(env, "WA_OUTBOX_SECRET_KEY", (), _fernet_keys,
+                               "Fernet keys, comma-separated (the first encrypts): `wa-outbox secrets generate-key`",
+                               shown=_secret),
         )
 
     def retry_policy(self) -> RetryPolicy:

@@ -74,6 +74,43 @@ class CampaignStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+class EventType(enum.StrEnum):
+    """`events.type`: what an event for apps reports (GET /v1/events, endpoints). docs/events.md shows each."""
+    MESSAGE_RECEIVED = "message.received"        # a customer's message
+    MESSAGE_STATUS = "message.status"            # an outbound message moved: sent, delivered, read, failed, dead, ...
+    MESSAGE_ECHO = "message.echo"                # smb_message_echoes: sent from the WhatsApp Business app
+    MEDIA_READY = "media.ready"                  # an inbound message's media is stored
+    TEMPLATE_STATUS = "template.status"          # message_template_status_update
+    TEMPLATE_QUALITY = "template.quality"        # message_template_quality_update
+    TEMPLATE_CATEGORY = "template.category"      # template_category_update
+    TEMPLATE_COMPONENTS = "template.components"  # message_template_components_update
+    ACCOUNT_UPDATE = "account.update"            # account_update
+    ACCOUNT_REVIEW = "account.review"            # account_review_update
+    ACCOUNT_ALERT = "account.alert"              # account_alerts
+    BUSINESS_CAPABILITY = "business.capability"  # business_capability_update (the messaging limit)
+    PHONE_NUMBER_NAME = "phone_number.name"      # phone_number_name_update
+    PHONE_NUMBER_QUALITY = "phone_number.quality"  # phone_number_quality_update
+    CALL = "call"                                # calls
+    USER_PREFERENCES = "user.preferences"        # user_preferences
+    SECURITY = "security"                        # security
+    FLOWS = "flows"                              # flows
+    WEBHOOK_OTHER = "webhook.other"              # any other field Meta sends: stored and passed on as received
+
+
+class EndpointState(enum.StrEnum):
+    """`endpoints.state`."""
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class DeliveryStatus(enum.StrEnum):
+    """`deliveries.status`: one event on its way to one endpoint."""
+    QUEUED = "queued"
+    DELIVERING = "delivering"
+    DELIVERED = "delivered"
+    FAILED = "failed"              # the retry schedule ran out: replay it (`endpoints replay --failed-only`)
+
+
 def sql_list(words: type[enum.StrEnum]) -> str:
     """The enum as an SQL list literal, e.g. for a CHECK constraint: ('queued', 'sending', …)."""
     return "(" + ", ".join(f"'{w.value}'" for w in words) + ")"

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from wa_outbox.states import CampaignStatus, MessageStatus, TimelineEvent, WebhookEventKind, WebhookEventStatus
+from wa_outbox.states import (CampaignStatus, DeliveryStatus, EndpointState, EventType, MessageStatus, TimelineEvent,
+                              WebhookEventKind, WebhookEventStatus)
 
 
 def _check_words(db, table: str, column: str) -> set[str]:
@@ -18,7 +19,7 @@ def _check_words(db, table: str, column: str) -> set[str]:
     mine = [d for d in definitions if re.search(rf"\({column} = ANY|\(\({column} = ANY|\b{column}\b.*ANY", d)
             and "ARRAY" in d]
     assert len(mine) == 1, definitions
-    return set(re.findall(r"'([a-z_]+)'::text", mine[0]))
+    return set(re.findall(r"'([a-z_.]+)'::text", mine[0]))
 
 
 @pytest.mark.parametrize("table, column, words", [
@@ -27,6 +28,9 @@ def _check_words(db, table: str, column: str) -> set[str]:
     ("webhook_events", "status", WebhookEventStatus),
     ("webhook_events", "kind", WebhookEventKind),
     ("campaigns", "status", CampaignStatus),
+    ("events", "type", EventType),
+    ("endpoints", "state", EndpointState),
+    ("deliveries", "status", DeliveryStatus),
 ])
 def test_python_and_the_schema_know_the_same_words(db, table, column, words):
     assert _check_words(db, table, column) == {w.value for w in words}

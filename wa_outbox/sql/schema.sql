@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0006_ops_sessions_max_attempts
+-- Revision: 0008_accounts
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -18,6 +18,9 @@
 --   Campaigns                      campaigns, enqueue_campaign(), steer_campaign(), the parking trigger
 --   Workers and their metrics      workers, worker_metrics
 --   /ops sessions                  ops_sessions
+--   Events                         events (the feed)
+--   Endpoints                      endpoints, deliveries, delivery_attempts
+--   Accounts                       meta_apps, app_secrets, business_accounts, senders
 --   Views for operations           queue_health
 --   Grants
 -- A new concern gets a section of its own before "Views for operations". Columns are in the tables' physical order
@@ -636,6 +639,7 @@ CREATE TABLE wa_outbox.webhook_events (
     received_at      timestamptz NOT NULL DEFAULT now(),
     processed_at     timestamptz,
     raw_body_sha256  bytea,           -- webhook_bodies: the exact bytes, when they had to be sanitized; else NULL
+    app_id           text,            -- the app whose secret verified the POST (NULL: WHATSAPP_APP_SECRET)
     CONSTRAINT webhook_events_dedup_key UNIQUE (dedup_key)
 )
 WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);  -- a queue: see notifications
@@ -1095,6 +1099,152 @@ CREATE TABLE wa_outbox.ops_sessions (
 );
 -- Expired sessions are deleted at each login and by `wa-outbox prune`.
 CREATE INDEX ops_sessions_expires_at ON wa_outbox.ops_sessions (expires_at);
+
+
+-- == Events =========================================================================================================
+-- One row per event. The feed's order is (txid, seq), not seq: a sequence value is taken at INSERT but becomes
+-- visible at COMMIT, so a reader of `seq > cursor` would skip a row whose transaction commits after a later one's.
+-- A reader takes only rows whose transaction is older than every transaction still running
+-- (txid < pg_snapshot_xmin(pg_current_snapshot())): no row can appear behind such a position later.
+CREATE TABLE wa_outbox.events (
+    seq              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    txid             xid8 NOT NULL DEFAULT pg_current_xact_id(),  -- the writing transaction
+    type             text NOT NULL,           -- the words of wa_outbox/states.py's EventType (check below)
+    occurred_at      timestamptz NOT NULL DEFAULT now(),
+    -- The conversation the event belongs to (the business number, the customer), for endpoints that deliver each
+    -- conversation in order; NULL for account-wide events.
+    phone_number_id  text,
+    wa_id            text,
+    data             jsonb NOT NULL CHECK (jsonb_typeof(data) = 'object')
+)
+WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE wa_outbox.events ADD CONSTRAINT events_type_check CHECK (type IN
+    ('message.received', 'message.status', 'message.echo', 'media.ready',
+     'template.status', 'template.quality', 'template.category', 'template.components',
+     'account.update', 'account.review', 'account.alert', 'business.capability',
+     'phone_number.name', 'phone_number.quality', 'call', 'user.preferences', 'security', 'flows',
+     'webhook.other'));
+-- The feed: every reader walks this index from its cursor.
+CREATE INDEX events_feed ON wa_outbox.events (txid, seq);
+
+
+-- == Endpoints ======================================================================================================
+-- An app's receiver: events matching its filter are delivered to its URL, signed with its secret.
+CREATE TABLE wa_outbox.endpoints (
+    id                     text PRIMARY KEY CHECK (id ~ '^ep_[A-Za-z0-9]{8,64}$'),
+    url                    text NOT NULL CHECK (length(url) BETWEEN 8 AND 2048),
+    description            text,
+    event_types            text[],            -- NULL: every type
+    ordered                boolean NOT NULL DEFAULT false,  -- one conversation's events one at a time, in order
+    state                  text NOT NULL DEFAULT 'enabled' CHECK (state IN ('enabled', 'disabled')),
+    disabled_reason        text,              -- 'gone' (410), 'failing' (N days), 'operator'
+    disabled_at            timestamptz,
+    -- The signing secret (whsec_…), encrypted with WA_OUTBOX_SECRET_KEY (a Fernet token: never readable in a
+    -- pg_dump), and during a rotation the previous one, which still signs until previous_secret_until.
+    secret_enc             bytea NOT NULL,
+    secret_fingerprint     text NOT NULL,
+    previous_secret_enc    bytea,
+    previous_secret_until  timestamptz,
+    -- Dispatch position in the feed: events after (cursor_txid, cursor_seq) are still to be turned into deliveries.
+    cursor_txid            xid8 NOT NULL DEFAULT '0',
+    cursor_seq             bigint NOT NULL DEFAULT 0,
+    failing_since          timestamptz,       -- the first failure since the last success
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    updated_at             timestamptz NOT NULL DEFAULT now(),
+    CHECK ((state = 'disabled') = (disabled_at IS NOT NULL))
+);
+
+-- One row per (endpoint, event) to deliver: a queue like notifications, drained by the workers.
+CREATE TABLE wa_outbox.deliveries (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    endpoint_id      text NOT NULL REFERENCES wa_outbox.endpoints (id) ON DELETE CASCADE,
+    event_seq        bigint NOT NULL,         -- events.seq (no foreign key: prune deletes both by age)
+    phone_number_id  text,                    -- the event's conversation, for ordered endpoints
+    wa_id            text,
+    status           text NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'delivering', 'delivered', 'failed')),
+    attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    locked_by        text,
+    locked_until     timestamptz,
+    last_status_code integer,
+    last_error       text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    delivered_at     timestamptz,
+    CONSTRAINT deliveries_endpoint_event UNIQUE (endpoint_id, event_seq),
+    CHECK ((status = 'delivering') = (locked_until IS NOT NULL))
+)
+WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+CREATE INDEX deliveries_due ON wa_outbox.deliveries (next_attempt_at) WHERE status = 'queued';
+CREATE INDEX deliveries_leased ON wa_outbox.deliveries (locked_until) WHERE status = 'delivering';
+-- Ordered endpoints: "is an earlier event of this conversation still to be delivered?" is one probe.
+CREATE INDEX deliveries_conversation ON wa_outbox.deliveries (endpoint_id, phone_number_id, wa_id, event_seq)
+    WHERE status IN ('queued', 'delivering');
+CREATE INDEX deliveries_failed ON wa_outbox.deliveries (endpoint_id, id) WHERE status = 'failed';
+
+-- Every attempt: its answer's status code, latency and first bytes, for the operator.
+CREATE TABLE wa_outbox.delivery_attempts (
+    delivery_id    bigint NOT NULL REFERENCES wa_outbox.deliveries (id) ON DELETE CASCADE,
+    attempt        integer NOT NULL CHECK (attempt > 0),
+    endpoint_id    text NOT NULL,
+    attempted_at   timestamptz NOT NULL DEFAULT now(),
+    status_code    integer,                   -- NULL: no answer (timeout, connection refused, refused URL)
+    latency_ms     double precision,
+    response_head  text,                      -- the first bytes of the answer
+    error          text,
+    PRIMARY KEY (delivery_id, attempt)
+);
+CREATE INDEX delivery_attempts_endpoint ON wa_outbox.delivery_attempts (endpoint_id, attempted_at DESC);
+
+
+-- == Accounts =======================================================================================================
+-- A Meta app: its secret signs the webhooks Meta sends to its callback URL.
+CREATE TABLE wa_outbox.meta_apps (
+    app_id      text PRIMARY KEY CHECK (app_id ~ '^[0-9]{1,32}$'),
+    name        text,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- An app's secrets: one active (expires_at NULL), and during a rotation the previous one until its overlap ends.
+CREATE TABLE wa_outbox.app_secrets (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    app_id       text NOT NULL REFERENCES wa_outbox.meta_apps (app_id) ON DELETE CASCADE,
+    secret_enc   bytea,                      -- a Fernet token under WA_OUTBOX_SECRET_KEY ...
+    secret_ref   text,                       -- ... or the name of the environment variable that holds it
+    fingerprint  text NOT NULL,              -- shown instead of the secret
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,                -- NULL: current; else verifies until then
+    CHECK ((secret_enc IS NULL) <> (secret_ref IS NULL))
+);
+CREATE INDEX app_secrets_app ON wa_outbox.app_secrets (app_id);
+
+-- A WhatsApp Business Account: it belongs to one app (its webhooks arrive signed by that app) and to one business
+-- portfolio (whose messaging limit its numbers share).
+CREATE TABLE wa_outbox.business_accounts (
+    waba_id       text PRIMARY KEY CHECK (waba_id ~ '^[0-9]{1,32}$'),
+    app_id        text NOT NULL REFERENCES wa_outbox.meta_apps (app_id),
+    portfolio_id  text CHECK (portfolio_id ~ '^[0-9]{1,32}$'),
+    name          text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+
+-- A business phone number that sends, and the access token it sends with. Its pacing is its rate_limits row.
+CREATE TABLE wa_outbox.senders (
+    phone_number_id       text PRIMARY KEY CHECK (phone_number_id ~ '^[0-9]{1,32}$'),
+    waba_id               text NOT NULL REFERENCES wa_outbox.business_accounts (waba_id),
+    alias                 text UNIQUE CHECK (alias ~ '^[A-Za-z][A-Za-z0-9_.-]{0,63}$'),
+    display_phone_number  text,
+    token_enc             bytea,             -- a Fernet token under WA_OUTBOX_SECRET_KEY ...
+    token_ref             text,              -- ... or the name of the environment variable that holds it
+    token_fingerprint     text,
+    token_updated_at      timestamptz NOT NULL DEFAULT now(),
+    created_at            timestamptz NOT NULL DEFAULT now(),
+    updated_at            timestamptz NOT NULL DEFAULT now(),
+    CHECK ((token_enc IS NULL) <> (token_ref IS NULL))
+);
+CREATE INDEX senders_waba ON wa_outbox.senders (waba_id);
 
 
 -- == Views for operations ===========================================================================================

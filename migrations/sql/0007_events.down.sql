@@ -1,0 +1,5 @@
+-- Undo of 0007_events.up.sql, in reverse order.
+DROP TABLE wa_outbox.delivery_attempts;
+DROP TABLE wa_outbox.deliveries;
+DROP TABLE wa_outbox.endpoints;
+DROP TABLE wa_outbox.events;
