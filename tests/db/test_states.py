@@ -7,8 +7,16 @@ import re
 
 import pytest
 
-from wa_outbox.states import (CampaignStatus, DeliveryStatus, EndpointState, EventType, MessageStatus, TimelineEvent,
-                              WebhookEventKind, WebhookEventStatus)
+from wa_outbox.states import (
+    CampaignStatus,
+    DeliveryStatus,
+    EndpointState,
+    EventType,
+    MessageStatus,
+    TimelineEvent,
+    WebhookEventKind,
+    WebhookEventStatus,
+)
 
 
 def _check_words(db, table: str, column: str) -> set[str]:
