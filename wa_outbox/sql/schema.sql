@@ -1126,6 +1126,11 @@ ALTER TABLE wa_outbox.events ADD CONSTRAINT events_type_check CHECK (type IN
      'webhook.other'));
 -- The feed: every reader walks this index from its cursor.
 CREATE INDEX events_feed ON wa_outbox.events (txid, seq);
+-- The feed's horizon: every transaction whose xid is below it has ended, so no event can appear below it later. A
+-- reader (the feed, the endpoints' dispatch) takes only events with txid below it: the one owner of that rule.
+CREATE FUNCTION wa_outbox.events_horizon() RETURNS xid8 LANGUAGE sql STABLE AS $$
+    SELECT pg_snapshot_xmin(pg_current_snapshot())
+$$;
 
 
 -- == Endpoints ======================================================================================================
