@@ -88,6 +88,16 @@ from .ops import (
     ops_throughput,
     ops_workers,
 )
+from .registry import (
+    RegisteredBusinessAccount,
+    RegisteredSender,
+    StoredAppSecret,
+    StoredToken,
+    registry_app_secrets,
+    registry_business_accounts,
+    registry_senders,
+    sender_token,
+)
 from .senders import (
     CampaignPaused,
     Claimed,
@@ -129,6 +139,8 @@ from .workers import (
 )
 
 __all__ = [
+    "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
+    "registry_business_accounts", "registry_senders", "sender_token",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",
