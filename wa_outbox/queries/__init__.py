@@ -29,6 +29,20 @@ from .console import (
     console_volatile_calls,
     support_role_state,
 )
+from .endpoints import (
+    DeliveryRow,
+    EndpointRow,
+    EndpointStateSet,
+    Replayed,
+    SecretRotated,
+    add_endpoint,
+    endpoint_deliveries,
+    list_endpoints,
+    remove_endpoint,
+    replay_endpoint,
+    rotate_endpoint_secret,
+    set_endpoint_state,
+)
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -227,4 +241,16 @@ __all__ = [
     "tables_never_analyzed",
     "worker_gone",
     "worker_metrics_totals",
+    "DeliveryRow",
+    "EndpointRow",
+    "EndpointStateSet",
+    "Replayed",
+    "SecretRotated",
+    "add_endpoint",
+    "endpoint_deliveries",
+    "list_endpoints",
+    "remove_endpoint",
+    "replay_endpoint",
+    "rotate_endpoint_secret",
+    "set_endpoint_state",
 ]
