@@ -225,7 +225,8 @@ def replay(engine: sa.Engine, endpoint_id: object, *, since: object = None,
     """
     checked = check_id(endpoint_id)
     if since is None and not failed_only:
-        raise EndpointError("give --since TIME (replay the events since then) or --failed-only (the failed ones)")
+        raise EndpointError("give a time to replay the events since (--since, \"since\") or only the failed deliveries "
+                            "(--failed-only, \"failed_only\")")
     when = parse_time(since) if since is not None else None
     result = queries.replay_endpoint(engine, id=checked, since=when, failed_only=bool(failed_only))
     if not result.found:
