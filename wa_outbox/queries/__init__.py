@@ -31,6 +31,7 @@ from .console import (
 )
 from .endpoints import (
     DeliveryRow,
+    EndpointOnPage,
     EndpointRow,
     EndpointStateSet,
     Replayed,
@@ -38,6 +39,7 @@ from .endpoints import (
     add_endpoint,
     endpoint_deliveries,
     list_endpoints,
+    ops_endpoints,
     remove_endpoint,
     replay_endpoint,
     rotate_endpoint_secret,
@@ -242,6 +244,7 @@ __all__ = [
     "worker_gone",
     "worker_metrics_totals",
     "DeliveryRow",
+    "EndpointOnPage",
     "EndpointRow",
     "EndpointStateSet",
     "Replayed",
@@ -249,6 +252,7 @@ __all__ = [
     "add_endpoint",
     "endpoint_deliveries",
     "list_endpoints",
+    "ops_endpoints",
     "remove_endpoint",
     "replay_endpoint",
     "rotate_endpoint_secret",

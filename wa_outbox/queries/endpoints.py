@@ -110,3 +110,24 @@ class Replayed:
 
 def replay_endpoint(engine: sa.Engine, *, id: str, since: datetime | None, failed_only: bool) -> Replayed:
     return _one(engine, "replay_endpoint", Replayed, {"id": id, "since": since, "failed_only": failed_only})
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointOnPage:
+    id: str
+    url: str
+    description: str | None
+    event_types: list[str] | None
+    ordered: bool
+    state: str
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    failing_since: datetime | None
+    secret_fingerprint: str
+    pending: int
+    failed: int
+    recent_attempts: list[dict[str, Any]]  # newest first: {delivery_id, attempt, attempted_at, status_code, ...}
+
+
+def ops_endpoints(engine: sa.Engine, *, limit: int, attempts: int, cap: int) -> list[EndpointOnPage]:
+    return _rows(engine, "ops_endpoints", EndpointOnPage, {"limit": limit, "attempts": attempts, "cap": cap})
