@@ -57,6 +57,16 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
 
 
+def is_secret(value: object) -> bool:
+    """Whether `value` has a signing secret's form: whsec_ and the base64 of at least 16 bytes."""
+    if not isinstance(value, str) or not value.startswith(SECRET_PREFIX):
+        return False
+    try:
+        return len(base64.b64decode(value[len(SECRET_PREFIX):], validate=True)) >= 16
+    except ValueError:  # binascii.Error
+        return False
+
+
 def new_id() -> str:
     return ID_PREFIX + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(ID_CHARS))
 
@@ -232,3 +242,29 @@ def replay(engine: sa.Engine, endpoint_id: object, *, since: object = None,
     if not result.found:
         raise EndpointNotFound(checked)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """The endpoint `wa-outbox events listen` receives as, and the secret it verifies with (never printed)."""
+    endpoint_id: str
+    secret: str
+    created: bool   # False: an endpoint registered for this URL before, reused
+    enabled: bool   # True: it was disabled (e.g. failing while nothing listened) and is enabled again
+
+
+def listener(engine: sa.Engine, settings: Settings, url: str) -> Listener:
+    """The endpoint for a development receiver at `url`: the one registered for it (enabled again if it was
+    disabled: something listens now), or a new one for every event type."""
+    if not settings.endpoints_allow_private:
+        raise EndpointError(f"{url} is a local address: set WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE=true (`wa-outbox dev` "
+                            "does), or give --secret of an endpoint registered for it")
+    box = SecretBox.of(settings, "an endpoint's signing secret")
+    found = queries.endpoint_secret_by_url(engine, url=url)
+    if found is None:
+        made = add(engine, settings, url=url, description="wa-outbox events listen")
+        return Listener(made.endpoint.id, made.secret, created=True, enabled=False)
+    was_disabled = found.state == EndpointState.DISABLED
+    if was_disabled:
+        enable(engine, found.id)
+    return Listener(found.id, box.decrypt(found.secret_enc), created=False, enabled=was_disabled)

@@ -49,7 +49,7 @@ def test_no_endpoints_no_section(logged_in):
 def test_a_disabled_endpoint_gets_a_banner_and_can_be_enabled(logged_in, db, reason, words):
     add_endpoint(db, state="disabled", reason=reason)
     html = logged_in.get("/ops").get_data(as_text=True)
-    banner = re.search(r'<p class="banner" role="alert"[^>]*>(.*?)</p>', html, re.S)
+    banner = re.search(r'<div class="banner" role="alert"[^>]*>(.*?)</div>', html, re.S)
     assert banner and EP in banner.group(1) and words in banner.group(1) and ">Enable</button>" in banner.group(1)
     forged = logged_in.post("/ops/endpoints/enable", data={"csrf_token": "forged", "endpoint_id": EP})
     assert forged.status_code == 403

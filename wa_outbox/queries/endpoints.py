@@ -131,3 +131,15 @@ class EndpointOnPage:
 
 def ops_endpoints(engine: sa.Engine, *, limit: int, attempts: int, cap: int) -> list[EndpointOnPage]:
     return _rows(engine, "ops_endpoints", EndpointOnPage, {"limit": limit, "attempts": attempts, "cap": cap})
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSecret:
+    id: str
+    state: str
+    secret_enc: bytes  # a Fernet token: decrypt with SecretBox, never show
+
+
+def endpoint_secret_by_url(engine: sa.Engine, *, url: str) -> EndpointSecret | None:
+    found = _rows(engine, "endpoint_secret_by_url", EndpointSecret, {"url": url})
+    return found[0] if found else None
