@@ -47,6 +47,11 @@ def campaigns(engine: sa.Engine, *, limit: int = 20) -> list[queries.CampaignOnP
     return queries.ops_campaigns(engine, limit=limit)
 
 
+def endpoints(engine: sa.Engine, *, limit: int = 50, attempts: int = 5) -> list[queries.EndpointOnPage]:
+    """The endpoints with their latest attempts (status, latency); disabled ones get the page's banner."""
+    return queries.ops_endpoints(engine, limit=limit, attempts=attempts, cap=DEPTH_CAP)
+
+
 @dataclass(frozen=True)
 class SearchTerms:
     """What one search box entry can be: a message id, a phone number, a correlation id or a wamid."""
