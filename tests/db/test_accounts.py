@@ -95,7 +95,8 @@ def test_rotating_an_app_secret_keeps_the_previous_one_for_the_overlap(engine, k
     two_apps(engine, keyed)
     rotated = accounts.rotate_app_secret(engine, keyed, app_id="111", secret=Secret.from_env("SECRET_A2"),
                                          overlap_hours=2)
-    assert rotated.secret_fingerprint == fingerprint(SECRET_A2) and rotated.previous_fingerprint == fingerprint(SECRET_A)
+    assert rotated.secret_fingerprint == fingerprint(SECRET_A2)
+    assert rotated.previous_fingerprint == fingerprint(SECRET_A)
     verifying = {s.secret for s in registry.load(engine, keyed).app_secrets if s.app_id == "111"}
     assert verifying == {SECRET_A, SECRET_A2}
     # rotating again: the one rotated out first stops at once (at most two verify)
