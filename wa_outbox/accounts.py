@@ -247,7 +247,9 @@ def remove_app(engine: sa.Engine, *, app_id: Any) -> None:
 
 # --- senders ---------------------------------------------------------------------------------------------------------
 
-def _environment(settings: Settings) -> dict[str, str | None]:
+def environment_sender(settings: Settings) -> dict[str, str | None]:
+    """The environment's sender (WHATSAPP_PHONE_NUMBER_ID, its token WHATSAPP_ACCESS_TOKEN) as accounts_senders.sql
+    and ops_senders.sql take it: its id, token source and fingerprint."""
     token = settings.access_token
     return {"environment_sender": settings.phone_number_id,
             "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN" if token else None,
@@ -256,12 +258,12 @@ def _environment(settings: Settings) -> dict[str, str | None]:
 
 def senders(engine: sa.Engine, settings: Settings) -> list[queries.AccountSender]:
     """Every registered sender, and the environment's (WHATSAPP_PHONE_NUMBER_ID) unless it is registered."""
-    return queries.accounts_senders(engine, phone_number_id=None, **_environment(settings))
+    return queries.accounts_senders(engine, phone_number_id=None, **environment_sender(settings))
 
 
 def sender(engine: sa.Engine, settings: Settings, phone_number_id: Any) -> queries.AccountSender:
     found = queries.accounts_senders(engine, phone_number_id=check_id(phone_number_id, "the phone number id"),
-                                     **_environment(settings))
+                                     **environment_sender(settings))
     if not found:
         raise AccountNotFound(f"no sender {phone_number_id} is registered")
     return found[0]
