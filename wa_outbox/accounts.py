@@ -42,7 +42,7 @@ MAX_NAME = 200
 MAX_SECRET = 4096                                            # Meta's tokens are a few hundred characters
 DEFAULT_OVERLAP_HOURS = 24.0
 MAX_OVERLAP_HOURS = 24.0 * 30
-MAX_MPS = 1000.0                                             # Meta's highest throughput per number
+MIN_MPS = 0.01                                               # as `ratelimit set --mps`
 
 
 class AccountError(ValueError):
@@ -111,8 +111,8 @@ def check_mps(mps: Any) -> float | None:
     if mps is None:
         return None
     if isinstance(mps, bool) or not isinstance(mps, (int, float)) or not math.isfinite(mps) \
-            or not 0.01 <= mps <= MAX_MPS:
-        raise InvalidAccount(f"mps (messages per second) is 0.01 to {MAX_MPS:g}")
+            or mps < MIN_MPS:
+        raise InvalidAccount(f"mps (messages per second) is at least {MIN_MPS:g}, as for `ratelimit set`")
     return float(mps)
 
 

@@ -175,7 +175,7 @@ def test_each_refusal_changes_nothing_and_sends_no_notification(engine, keyed, s
     two_apps(engine, keyed)
     before = snapshot(db)
     with psycopg.connect(keyed.database_url, autocommit=True) as listener:
-        listener.execute("LISTEN wa_outbox_registry")
+        listener.execute(f"LISTEN {registry.CHANNEL}")
         with pytest.raises(error, match=fragment):
             call(engine, keyed)
         listener.execute("NOTIFY wa_outbox_registry, 'marker'")  # delivered after anything the call sent
@@ -186,7 +186,7 @@ def test_each_refusal_changes_nothing_and_sends_no_notification(engine, keyed, s
 
 def test_every_change_notifies_at_commit(engine, keyed, secrets_env, database_url):
     with psycopg.connect(database_url, autocommit=True) as listener:
-        listener.execute("LISTEN wa_outbox_registry")
+        listener.execute(f"LISTEN {registry.CHANNEL}")
         accounts.add_app(engine, keyed, app_id="111", secret=Secret.from_env("SECRET_A"))
         heard = list(listener.notifies(timeout=30, stop_after=1))
     assert [(n.channel, n.payload) for n in heard] == [("wa_outbox_registry", "")]
@@ -246,3 +246,16 @@ def test_rotate_key_without_the_old_key_changes_nothing(engine, keyed, secrets_e
     assert snapshot(db) == before
     with pytest.raises(SecretKeyMissing):
         accounts.rotate_key(engine, dataclasses.replace(keyed, secret_keys=()))
+
+
+def test_a_pg_dump_holds_no_secret(engine, keyed, secrets_env, database_url):
+    import shutil
+    import subprocess
+    if shutil.which("pg_dump") is None:
+        pytest.skip("pg_dump is not installed")
+    two_apps(engine, keyed)
+    accounts.rotate_app_secret(engine, keyed, app_id="111", secret=Secret.from_env("SECRET_A2"))
+    dumped = subprocess.run(["pg_dump", "--data-only", "--schema", "wa_outbox", database_url], capture_output=True,
+                            text=True, timeout=120, check=True).stdout
+    assert "5001" in dumped and "TOKEN_2" in dumped  # the rows are there, a reference by its name
+    assert not [v for v in (SECRET_A, SECRET_A2, SECRET_B, TOKEN_1, TOKEN_2, KEY) if v in dumped]
