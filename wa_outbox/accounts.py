@@ -225,6 +225,10 @@ def rotate_app_secret(engine: sa.Engine, settings: Settings, *, app_id: Any, sec
             raise AccountNotFound(f"no app {app_id} is registered (`apps add` first)")
         if locked.fingerprint == print_:
             raise AccountConflict(f"that is app {app_id}'s current secret already ({print_})")
+        if ref is not None and ref == locked.secret_ref and hours > 0:
+            # both rows would read the one variable: the previous secret could not verify during the overlap
+            raise AccountConflict(f"the current secret is read from {ref} too: put the new secret in another variable "
+                                  "(keep the old one set until the overlap ends), or give --overlap 0")
         queries.accounts_app_secret_rotate(conn, app_id=app_id, secret_enc=enc, secret_ref=ref, fingerprint=print_,
                                            overlap_seconds=hours * 3600)
     log.info("app %s: secret rotated to %s (the previous one verifies for %g h)", app_id, print_, hours)

@@ -109,6 +109,22 @@ def test_rotating_an_app_secret_keeps_the_previous_one_for_the_overlap(engine, k
     assert db.execute("SELECT count(*) FROM wa_outbox.app_secrets WHERE app_id = '111'").fetchone()[0] == 1
 
 
+def test_a_referenced_secret_rotates_through_another_variable(engine, keyed, secrets_env, db, monkeypatch):
+    """Both secrets of an overlap must verify: rotating to the variable the current one is read from would leave
+    only the new value (refused, unless the overlap is 0)."""
+    two_apps(engine, keyed)
+    monkeypatch.setenv("SECRET_B", "app-secret-bbbb-changed")
+    before = snapshot(db)
+    with pytest.raises(AccountConflict, match="another variable"):
+        accounts.rotate_app_secret(engine, keyed, app_id="222", secret=Secret.reference("SECRET_B"))
+    assert snapshot(db) == before
+    accounts.rotate_app_secret(engine, keyed, app_id="222", secret=Secret.reference("SECRET_B"), overlap_hours=0)
+    monkeypatch.setenv("SECRET_B2", "app-secret-bbbb-next")
+    accounts.rotate_app_secret(engine, keyed, app_id="222", secret=Secret.reference("SECRET_B2"))
+    verifying = {s.secret for s in registry.load(engine, keyed).app_secrets if s.app_id == "222"}
+    assert verifying == {"app-secret-bbbb-changed", "app-secret-bbbb-next"}
+
+
 def test_set_token_and_remove(engine, keyed, secrets_env, db):
     two_apps(engine, keyed)
     accounts.set_token(engine, keyed, phone_number_id="5002", token=Secret.from_env("TOKEN_1"))

@@ -60,6 +60,7 @@ class LockedApp:
     app_id: str
     name: str | None
     fingerprint: str | None  # its current secret's
+    secret_ref: str | None   # ... and the variable holding it (None: stored encrypted)
 
 
 def accounts_app_lock(conn: psycopg.Connection[Any], *, app_id: str) -> LockedApp | None:
