@@ -182,7 +182,7 @@ def check_overlap(hours: object) -> float:
 
 
 def rotate_secret(engine: sa.Engine, settings: Settings, endpoint_id: object,
-                  overlap_hours: object = DEFAULT_OVERLAP_HOURS) -> tuple[queries.SecretRotated, str]:
+                  overlap_hours: object = DEFAULT_OVERLAP_HOURS) -> tuple[queries.EndpointSecretRotated, str]:
     """A new secret (returned this once); the previous one keeps signing beside it for `overlap_hours`."""
     checked = check_id(endpoint_id)
     overlap = check_overlap(overlap_hours)

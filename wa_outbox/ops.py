@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from . import outbox, queries
+from . import accounts, outbox, queries
+from .config import Settings
 from .messages import InvalidMessage, normalize_recipient
 from .queries import WORKER_ALIVE_SECONDS  # noqa: F401 - the page's rule for `alive` (queries.WorkerRow.alive)
 
@@ -35,8 +36,10 @@ def workers(engine: sa.Engine) -> list[queries.WorkerRow]:
     return queries.ops_workers(engine)
 
 
-def senders(engine: sa.Engine) -> list[queries.SenderRow]:
-    return queries.ops_senders(engine)
+def senders(engine: sa.Engine, settings: Settings) -> list[queries.SenderRow]:
+    """Every sender: registered ones with their account and token source, the environment's, and any other number
+    with a rate or a pause."""
+    return queries.ops_senders(engine, **accounts.environment_sender(settings))
 
 
 def dead_groups(engine: sa.Engine, *, groups: int = 50, samples: int = 5) -> list[queries.DeadGroup]:

@@ -14,6 +14,34 @@ is encoded again.
 from __future__ import annotations
 
 from ._run import WORKER_ALIVE_SECONDS
+from .accounts import (
+    AccountApp,
+    AccountSender,
+    AppDeleted,
+    BusinessAccountWritten,
+    LockedApp,
+    SecretRotated,
+    SecretsRewritten,
+    SenderWritten,
+    StoredSecret,
+    accounts_alias_holder,
+    accounts_app_delete,
+    accounts_app_insert,
+    accounts_app_lock,
+    accounts_app_secret_insert,
+    accounts_app_secret_rotate,
+    accounts_apps,
+    accounts_business_account_drop_if_empty,
+    accounts_business_account_upsert,
+    accounts_notify,
+    accounts_sender_delete,
+    accounts_sender_set_token,
+    accounts_sender_upsert,
+    accounts_senders,
+    secrets_rewrite,
+    secrets_rotate_lock,
+    secrets_stored,
+)
 from .campaigns import (
     CampaignChunk,
     CampaignRow,
@@ -34,9 +62,9 @@ from .endpoints import (
     EndpointOnPage,
     EndpointRow,
     EndpointSecret,
+    EndpointSecretRotated,
     EndpointStateSet,
     Replayed,
-    SecretRotated,
     add_endpoint,
     endpoint_deliveries,
     endpoint_secret_by_url,
@@ -157,6 +185,13 @@ from .workers import (
 )
 
 __all__ = [
+    "EndpointSecretRotated",
+    "AccountApp", "AccountSender", "AppDeleted", "BusinessAccountWritten", "LockedApp", "SecretRotated",
+    "SecretsRewritten", "SenderWritten", "StoredSecret", "accounts_alias_holder", "accounts_app_delete",
+    "accounts_app_insert", "accounts_app_lock", "accounts_app_secret_insert", "accounts_app_secret_rotate",
+    "accounts_apps", "accounts_business_account_drop_if_empty", "accounts_business_account_upsert", "accounts_notify",
+    "accounts_sender_delete", "accounts_sender_set_token", "accounts_sender_upsert", "accounts_senders",
+    "secrets_rewrite", "secrets_rotate_lock", "secrets_stored",
     "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
     "registry_business_accounts", "registry_senders", "sender_token",
     "CampaignChunk",
@@ -263,7 +298,6 @@ __all__ = [
     "EndpointSecret",
     "EndpointStateSet",
     "Replayed",
-    "SecretRotated",
     "add_endpoint",
     "endpoint_deliveries",
     "endpoint_secret_by_url",

@@ -60,16 +60,16 @@ def set_endpoint_state(engine: sa.Engine, *, id: str, state: str, reason: str | 
 
 
 @dataclass(frozen=True, slots=True)
-class SecretRotated:
+class EndpointSecretRotated:
     id: str
     secret_fingerprint: str
     previous_secret_until: datetime
 
 
 def rotate_endpoint_secret(engine: sa.Engine, *, id: str, secret_enc: bytes, secret_fingerprint: str,
-                           overlap_seconds: float) -> SecretRotated | None:
+                           overlap_seconds: float) -> EndpointSecretRotated | None:
     """None: no such endpoint."""
-    found = _rows(engine, "rotate_endpoint_secret", SecretRotated, {
+    found = _rows(engine, "rotate_endpoint_secret", EndpointSecretRotated, {
         "id": id, "secret_enc": secret_enc, "secret_fingerprint": secret_fingerprint,
         "overlap_seconds": overlap_seconds})
     return found[0] if found else None

@@ -259,9 +259,9 @@ def index():
     return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest,
                  charts=charts,
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
-                 workers=ops.workers(engine), senders=ops.senders(engine), dead_groups=ops.dead_groups(engine),
-                 campaigns=ops.campaigns(engine), endpoints=ops.endpoints(engine),
-                 replay_choices=REPLAY_CHOICES)
+                 workers=ops.workers(engine), senders=ops.senders(engine, settings_of(current_app)),
+                 dead_groups=ops.dead_groups(engine), campaigns=ops.campaigns(engine),
+                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES)
 
 
 def _search(q: str):
