@@ -29,6 +29,18 @@ from .console import (
     console_volatile_calls,
     support_role_state,
 )
+from .deliveries import (
+    ClaimedDelivery,
+    Dispatched,
+    EndpointDisabled,
+    EndpointFailing,
+    RescuedDelivery,
+    claim_deliveries,
+    disable_endpoints,
+    dispatch_events,
+    record_deliveries,
+    rescue_deliveries,
+)
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -129,6 +141,16 @@ from .workers import (
 )
 
 __all__ = [
+    "ClaimedDelivery",
+    "Dispatched",
+    "EndpointDisabled",
+    "EndpointFailing",
+    "RescuedDelivery",
+    "claim_deliveries",
+    "disable_endpoints",
+    "dispatch_events",
+    "record_deliveries",
+    "rescue_deliveries",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",
