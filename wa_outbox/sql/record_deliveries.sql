@@ -27,12 +27,16 @@ WITH outcome AS (
     RETURNING d.id
 ), per_endpoint AS (
     SELECT endpoint_id, bool_or(status = 'delivered') AS succeeded FROM outcome GROUP BY endpoint_id
+), changing AS (  -- locked in id order: two workers' batches touching the same endpoints never deadlock
+    SELECT en.id, p.succeeded FROM wa_outbox.endpoints en JOIN per_endpoint p ON p.endpoint_id = en.id
+    WHERE (p.succeeded AND en.failing_since IS NOT NULL) OR (NOT p.succeeded AND en.failing_since IS NULL)
+    ORDER BY en.id
+    FOR NO KEY UPDATE OF en
 ), health AS (
     UPDATE wa_outbox.endpoints en
-    SET failing_since = CASE WHEN p.succeeded THEN NULL ELSE now() END
-    FROM per_endpoint p
-    WHERE en.id = p.endpoint_id
-      AND ((p.succeeded AND en.failing_since IS NOT NULL) OR (NOT p.succeeded AND en.failing_since IS NULL))
+    SET failing_since = CASE WHEN c.succeeded THEN NULL ELSE coalesce(en.failing_since, now()) END
+    FROM changing c
+    WHERE en.id = c.id
     RETURNING en.id
 )  -- (data-modifying CTEs run whole whether read or not)
 -- failing_since as it was before this batch (NULL: it starts failing now, so not for N days yet)
