@@ -108,3 +108,67 @@ def test_signatures_verify_with_the_reference_library_one_or_two_secrets():
     for secret in (SECRET, old):
         Webhook(secret).verify(body, {"webhook-id": "evt_1", "webhook-timestamp": str(timestamp),
                                       "webhook-signature": header})
+
+
+def _certificates(tmp_path, name: str) -> tuple[str, str, str]:
+    """A CA and a certificate for `name` it signed: (CA file, certificate file, key file)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = (tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem")
+    files[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    files[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(files[0]), str(files[1]), str(files[2])
+
+
+def test_tls_is_verified_against_the_host_name_while_connecting_to_the_checked_address(tmp_path):
+    import ssl
+    ca, cert, key = _certificates(tmp_path, "receiver.example")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    port = httpd.server_port
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        to_loopback = lambda _h, _p: ["127.0.0.1"]  # noqa: E731 - a resolver that answers the local server
+        good = PushTransport(timeout=5, allow_private=True, resolver=to_loopback, ca_certs=ca)
+        assert good.post(f"https://receiver.example:{port}/", b"{}", {}).status_code == 204
+        wrong_name = PushTransport(timeout=5, allow_private=True, resolver=to_loopback, ca_certs=ca)
+        result = wrong_name.post(f"https://other.example:{port}/", b"{}", {})
+        assert result.status_code is None and "doesn't match 'receiver.example'" in result.error
+        untrusted = PushTransport(timeout=5, allow_private=True, resolver=to_loopback)
+        assert untrusted.post(f"https://receiver.example:{port}/", b"{}", {}).status_code is None
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
