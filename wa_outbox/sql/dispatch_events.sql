@@ -5,13 +5,14 @@
 -- that endpoint meanwhile) and (endpoint_id, event_seq) is unique, so no event is dispatched twice.
 -- Inserted in the feed's order, one endpoint's deliveries have ids in that order: ordered endpoints rely on it.
 -- Safe to repeat: moves each cursor only past the events it dispatched; a second run dispatches what followed.
-WITH endpoint AS (
-    SELECT id, event_types, cursor_txid, cursor_seq FROM wa_outbox.endpoints
-    WHERE state = 'enabled'
-    ORDER BY id
-    FOR NO KEY UPDATE SKIP LOCKED
-), horizon AS (
+WITH horizon AS (
     SELECT wa_outbox.events_horizon() AS txid
+), endpoint AS (  -- only endpoints with something to dispatch are locked: an idle poll writes nothing
+    SELECT e.id, e.event_types, e.cursor_txid, e.cursor_seq FROM wa_outbox.endpoints e, horizon h
+    WHERE e.state = 'enabled' AND EXISTS (
+        SELECT 1 FROM wa_outbox.events ev WHERE (ev.txid, ev.seq) > (e.cursor_txid, e.cursor_seq) AND ev.txid < h.txid)
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
     SELECT e.id AS endpoint_id, e.event_types, ev.seq, ev.txid, ev.type, ev.phone_number_id, ev.wa_id
     FROM endpoint e CROSS JOIN horizon h

@@ -40,6 +40,7 @@ log = logging.getLogger("wa_outbox.deliveries")
 DISPATCH_BATCH = 1000       # events per endpoint per dispatch statement
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between rounds while the database is away
 RESCUE_LIMIT = 1000
+LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
 
 
 def one_line(exc: BaseException) -> str:
@@ -56,6 +57,9 @@ class Deliverer:
         self.metrics = metrics
         self.policy = settings.delivery_policy()
         self.concurrency = settings.delivery_concurrency
+        # The lease covers the longest a POST may take (connect, then the read timeout) with a margin: the sends'
+        # WA_OUTBOX_LEASE_SECONDS, or longer when WA_OUTBOX_DELIVERY_TIMEOUT asks for it.
+        self.lease_seconds = max(settings.lease_seconds, 2 * settings.delivery_timeout + LEASE_MARGIN)
         self.transport = transport or PushTransport(timeout=settings.delivery_timeout,
                                                     allow_private=settings.endpoints_allow_private,
                                                     pool_size=settings.delivery_per_endpoint)
@@ -122,8 +126,8 @@ class Deliverer:
     def claim(self, free: int) -> int:
         with self._lock:
             held = json.dumps({k: v for k, v in self._held.items() if v})
-        rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id,
-                                        lease_seconds=self.settings.lease_seconds, limit=free,
+        rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id, lease_seconds=self.lease_seconds,
+                                        limit=free,
                                         per_endpoint=self.settings.delivery_per_endpoint, held=held)
         for row in rows:
             with self._lock:
