@@ -325,7 +325,7 @@ def test_ordered_deliveries_behind_an_earlier_one_are_held_out_of_the_claims_way
         # A wake-up missed (a dispatch and a record at the same moment): the rescuer's safety net wakes the row
         # once nothing earlier of its conversation is left undelivered.
         db.execute("UPDATE wa_outbox.deliveries SET status = 'delivered' WHERE event_seq = %s", (seqs[0],))
-        queries.rescue_deliveries(engine, limit=100, max_attempts=8)
+        queries.rescue_deliveries(engine, limit=100, max_attempts=8, held_window=120)
         due = [seq for (seq,) in db.execute("SELECT event_seq FROM wa_outbox.deliveries WHERE status = 'queued' "
                                             "AND next_attempt_at <= now() AND wa_id IS NOT NULL ORDER BY id")]
         assert due == [seqs[1]]

@@ -4,7 +4,8 @@
 -- wakes the next delivery of its conversation on an ordered endpoint (as record_deliveries.sql does).
 -- Also a safety net for ordered endpoints: a held delivery (next_attempt_at = 'infinity') with no earlier delivery of
 -- its conversation left undelivered is woken. Only a dispatch and a record running at the same moment can miss a
--- wake-up (each statement's snapshot misses the other's rows), so only recent held rows are looked at.
+-- wake-up (each statement's snapshot misses the other's rows), so only the rows held in the last
+-- %(held_window)s seconds are looked at (the workers pass a few minutes, and now and then every held row).
 -- Safe to repeat: guarded by status, lease expiry and the hold; a second run matches nothing.
 WITH rescued AS (
     UPDATE wa_outbox.deliveries d
@@ -23,7 +24,7 @@ WITH rescued AS (
     FROM rescued r WHERE r.status = 'failed'
 ), missed AS (
     SELECT h.id FROM wa_outbox.deliveries h
-    WHERE h.status = 'queued' AND h.next_attempt_at = 'infinity' AND h.created_at > now() - interval '10 minutes'
+    WHERE h.status = 'queued' AND h.next_attempt_at = 'infinity' AND h.created_at > now() - make_interval(secs => %(held_window)s)
       AND NOT EXISTS (SELECT 1 FROM wa_outbox.deliveries p
                       WHERE p.endpoint_id = h.endpoint_id AND p.phone_number_id = h.phone_number_id
                         AND p.wa_id = h.wa_id AND p.id < h.id AND p.status IN ('queued', 'delivering'))

@@ -40,6 +40,9 @@ log = logging.getLogger("wa_outbox.deliveries")
 DISPATCH_BATCH = 1000       # events per endpoint per dispatch statement
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between rounds while the database is away
 RESCUE_LIMIT = 1000
+HELD_WINDOW = 120.0         # seconds back the rescuer looks for held deliveries whose wake-up was missed
+HELD_SWEEP_ROUNDS = 60      # ... and every this many rounds (the first too), at every held delivery
+HELD_SWEEP_WINDOW = 10 * 365 * 86400.0
 LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
 
 
@@ -71,6 +74,7 @@ class Deliverer:
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver")
         self._box: SecretBox | None = None
         self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
+        self._rescues = 0
         self.rounds = 0                        # loop rounds done (a signal for tests)
         self.stats: Counter[str] = Counter()
 
@@ -251,7 +255,12 @@ class Deliverer:
     # --- rescue and shutdown ---------------------------------------------------------------------------------------
 
     def rescue(self) -> int:
-        rescued = queries.rescue_deliveries(self.engine, limit=RESCUE_LIMIT, max_attempts=self.policy.max_attempts)
+        """Expired leases, and held ordered deliveries whose wake-up was missed: the recent ones every round, all of
+        them every HELD_SWEEP_ROUNDS rounds (a wake-up missed while no worker could run maintenance)."""
+        self._rescues += 1
+        window = HELD_SWEEP_WINDOW if self._rescues % HELD_SWEEP_ROUNDS == 1 else HELD_WINDOW
+        rescued = queries.rescue_deliveries(self.engine, limit=RESCUE_LIMIT, max_attempts=self.policy.max_attempts,
+                                            held_window=window)
         if rescued:
             log.warning("rescued %d deliveries from expired leases (%d failed: their last attempt was lost)",
                         len(rescued), sum(r.status == DeliveryStatus.FAILED for r in rescued))
