@@ -91,6 +91,9 @@ class Deliverer:
     # --- the loop (its own thread) ---------------------------------------------------------------------------------
 
     def run(self, stopping: threading.Event) -> None:
+        # Claim (and record) in batches: once a quarter of the threads are free, or none is busy, so that one claim
+        # and one record statement serve many deliveries rather than one each (as the sends' producer does).
+        min_claim = max(1, self.concurrency // 4)
         failures = 0
         next_dispatch = 0.0
         while not stopping.is_set():
@@ -104,8 +107,9 @@ class Deliverer:
                     if self.dispatch():
                         self.dispatch_wanted.set()  # a full batch: there is more
                         busy = True
-                free = self.concurrency - self.in_flight
-                if free > 0:
+                in_flight = self.in_flight
+                free = self.concurrency - in_flight
+                if free >= min_claim or (free > 0 and in_flight == 0):
                     busy = self.claim(free) == free or busy
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
@@ -119,8 +123,22 @@ class Deliverer:
             finally:
                 self.rounds += 1
             if not busy:
-                self.wake.wait(self.settings.poll_interval)
+                self._idle(stopping, min_claim)
         self.drain(self.settings.shutdown_grace)
+
+    def _idle(self, stopping: threading.Event, min_claim: int) -> None:
+        """Wait up to a poll interval: until events are written, or deliveries ended and a quarter of the threads
+        (or all) are free."""
+        deadline = time.monotonic() + self.settings.poll_interval
+        while not stopping.is_set() and not self.dispatch_wanted.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wake.clear()
+            in_flight = self.in_flight
+            if not self._outcomes.empty() and (self.concurrency - in_flight >= min_claim or in_flight == 0):
+                return
+            self.wake.wait(left)
 
     def dispatch(self) -> bool:
         """Turn committed events into deliveries for every enabled endpoint; True when a batch was full."""
