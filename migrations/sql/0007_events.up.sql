@@ -78,6 +78,9 @@ CREATE TABLE wa_outbox.deliveries (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     delivered_at     timestamptz,
+    -- attempts as they were when the delivery was last replayed: the retry schedule starts again from there
+    -- (attempts - replayed_after is where it is), while attempts go on numbering delivery_attempts.
+    replayed_after   integer NOT NULL DEFAULT 0 CHECK (replayed_after >= 0),
     CONSTRAINT deliveries_endpoint_event UNIQUE (endpoint_id, event_seq),
     CHECK ((status = 'delivering') = (locked_until IS NOT NULL))
 )

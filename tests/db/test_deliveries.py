@@ -331,3 +331,28 @@ def test_ordered_deliveries_behind_an_earlier_one_are_held_out_of_the_claims_way
         assert due == [seqs[1]]
     finally:
         engine.dispose()
+
+
+def test_a_replayed_failed_delivery_gets_the_whole_schedule_again(db, settings):
+    """`endpoints replay --failed-only` after a receiver's outage: each failed delivery is retried on the whole
+    schedule again (not failed anew after one try), and its attempts go on numbering delivery_attempts."""
+    from wa_outbox import endpoints
+    healthy = threading.Event()
+
+    def answer(_id: str, tries: int) -> int:  # down until fixed; then two more failures per event before it works
+        return 200 if healthy.is_set() and tries >= 4 else 500
+
+    with serve_receiver(Receiver(secrets=[], answer=answer)) as receiver:
+        endpoint_id, _ = add_endpoint(db, receiver.url)
+        [seq] = add_events(db, 1)
+        mine = push_settings(settings, delivery_schedule=(0.1, 0.1))
+        with running_worker(mine):
+            wait_for(lambda: deliveries(db, endpoint_id).get(seq, {}).get("status") == "failed", what="failed")
+            healthy.set()
+            engine = wa_db.create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+            try:
+                assert endpoints.replay(engine, endpoint_id, failed_only=True).requeued == 1
+            finally:
+                engine.dispose()
+            wait_for(all_delivered(db, endpoint_id, 1), what="the replayed delivery")
+    assert [a[1:3] for a in attempts(db, endpoint_id)] == [(1, 500), (2, 500), (3, 500), (4, 500), (5, 200)]

@@ -15,7 +15,7 @@ KEY = generate_key()
 
 @pytest.fixture
 def engine(settings):
-    engine = wa_db.create_engine(settings.database_url, pool_size=2)
+    engine = wa_db.create_engine(settings.database_url, pool_size=2, isolation_level="AUTOCOMMIT")
     yield engine
     engine.dispose()
 

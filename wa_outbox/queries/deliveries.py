@@ -30,6 +30,7 @@ class ClaimedDelivery:
     endpoint_id: str
     event_seq: int
     attempts: int                    # this attempt's number
+    tries: int                       # where the retry schedule is (attempts since the last replay)
     url: str
     secret_enc: bytes
     previous_secret_enc: bytes | None

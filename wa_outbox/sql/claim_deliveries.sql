@@ -36,5 +36,5 @@ FROM chosen c
 JOIN wa_outbox.endpoints en ON en.id = c.endpoint_id
 JOIN wa_outbox.events ev ON ev.seq = c.event_seq
 WHERE d.id = c.id
-RETURNING d.id, d.endpoint_id, d.event_seq, d.attempts, en.url, en.secret_enc, en.previous_secret_enc,
+RETURNING d.id, d.endpoint_id, d.event_seq, d.attempts, d.attempts - d.replayed_after AS tries, en.url, en.secret_enc, en.previous_secret_enc,
           coalesce(en.previous_secret_until > now(), false) AS previous_signs, ev.type, ev.occurred_at, ev.data

@@ -4,13 +4,15 @@
 --    queued again: its delivery re-queued if it has one (delivered or failed; one in flight is left to finish), or
 --    inserted if it has none (an event that came before the endpoint, or whose delivery was pruned);
 --  * with `failed_only`: only deliveries whose retries ran out (status 'failed'), since `since` if given.
--- A re-queued delivery keeps its attempts (numbered on in delivery_attempts) and is due at once.
+-- A re-queued delivery keeps its attempts (numbered on in delivery_attempts), is due at once and gets the whole
+-- retry schedule again (replayed_after).
 -- Safe to repeat: a second run queues the same deliveries again, nothing twice (one row per endpoint and event).
 WITH ep AS (
     SELECT id, event_types, cursor_txid, cursor_seq FROM wa_outbox.endpoints WHERE id = %(id)s FOR UPDATE
 ), requeued AS (
     UPDATE wa_outbox.deliveries d
-    SET status = 'queued', next_attempt_at = now(), locked_by = NULL, locked_until = NULL, updated_at = now()
+    SET status = 'queued', next_attempt_at = now(), locked_by = NULL, locked_until = NULL, updated_at = now(),
+        replayed_after = d.attempts
     FROM ep
     WHERE d.endpoint_id = ep.id
       AND (CASE WHEN %(failed_only)s THEN d.status = 'failed' ELSE d.status IN ('delivered', 'failed') END)

@@ -9,7 +9,7 @@
 -- Safe to repeat: guarded by status, lease expiry and the hold; a second run matches nothing.
 WITH rescued AS (
     UPDATE wa_outbox.deliveries d
-    SET status = CASE WHEN d.attempts >= %(max_attempts)s THEN 'failed' ELSE 'queued' END,
+    SET status = CASE WHEN d.attempts - d.replayed_after >= %(max_attempts)s THEN 'failed' ELSE 'queued' END,
         next_attempt_at = now(), locked_by = NULL, locked_until = NULL, updated_at = now(),
         last_error = 'the worker lost its lease during the delivery'
     WHERE d.id IN (SELECT id FROM wa_outbox.deliveries

@@ -203,7 +203,7 @@ class Deliverer:
             status = DeliveryStatus.DELIVERED
         else:
             # 410 too: the endpoint is disabled and this delivery keeps its place (and its attempts) in the queue
-            next_in = self.policy.next_attempt_in(row.attempts, result.retry_after)
+            next_in = self.policy.next_attempt_in(row.tries, result.retry_after)
             status = DeliveryStatus.FAILED if next_in is None else DeliveryStatus.QUEUED
         error = result.error
         if error is None and verdict is not Verdict.DELIVERED:
