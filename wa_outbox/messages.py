@@ -27,6 +27,8 @@ MAX_KEY = 255
 _SEPARATORS = re.compile(r"[ \t\n\r\f\v().-]")  # as recipient_digits(): what people type inside a number
 _E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,32}")
+# A registered sender's alias (senders.alias's CHECK): whether one exists, wa_outbox.sender_choice() decides.
+_SENDER_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 # jsonb's text form (", " and ": " separators, Unicode as is): what octet_length(message::text) measures. One encoder
 # for the process: json.dumps() with any non-default argument builds a new one per call (most of its cost here).
 _JSONB_TEXT = json.JSONEncoder(ensure_ascii=False).encode
@@ -174,9 +176,10 @@ def _implied_type(message: dict) -> str:
 
 
 def validate_phone_number_id(value: Any) -> str | None:
+    """A message's sender as given: a phone number id or the form of an alias (the database resolves it)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not _PHONE_NUMBER_ID.fullmatch(value):
+    if not isinstance(value, str) or not (_PHONE_NUMBER_ID.fullmatch(value) or _SENDER_ALIAS.fullmatch(value)):
         raise InvalidMessage("`phone_number_id` must be the numeric id of a business phone number")
     return value
 
