@@ -91,11 +91,13 @@ from .ops import (
 from .registry import (
     RegisteredBusinessAccount,
     RegisteredSender,
+    RegistryVersion,
     StoredAppSecret,
     StoredToken,
     registry_app_secrets,
     registry_business_accounts,
     registry_senders,
+    registry_version,
     sender_token,
 )
 from .senders import (
@@ -141,6 +143,7 @@ from .workers import (
 __all__ = [
     "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
     "registry_business_accounts", "registry_senders", "sender_token",
+    "RegistryVersion", "registry_version",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",

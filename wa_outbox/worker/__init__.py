@@ -45,6 +45,7 @@ from ._transport import DryRunTransport, GraphTransport, Transport
 log = logging.getLogger("wa_outbox.worker")
 
 NOTIFY_CHANNEL = "wa_outbox_notifications"
+REGISTRY_CHANNEL = "wa_outbox_registry"  # every registry change (a sender's token among them): drop cached tokens
 MAINTENANCE_INTERVAL = 5.0
 INBOUND_IDLE_WAIT = 0.5
 READY_BACKOFF_BASE = 1.0   # seconds: first wait for a database that is away or not migrated at start
@@ -122,6 +123,11 @@ class Worker:
         self._recorder_done = threading.Event()
         self._threads: list[threading.Thread] = []
 
+    def require_credentials(self) -> None:
+        """ConfigError unless the worker has something to send with: WHATSAPP_ACCESS_TOKEN (with
+        WHATSAPP_PHONE_NUMBER_ID), or at least one registered sender."""
+        self.settings.require_worker(senders_registered=queries.registry_version(self.engine).senders > 0)
+
     def run(self) -> None:
         """Work until stop() is called; then drain within the shutdown grace and return."""
         log.info("worker %s starting: concurrency %d, %s", self.worker_id, self.settings.worker_concurrency,
@@ -196,11 +202,16 @@ class Worker:
                 with db.connect(self.settings, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                                 application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    conn.execute(f"LISTEN {REGISTRY_CHANNEL}")
+                    self.sender.tokens.invalidate()  # a token may have changed while we were not listening
                     self.listening.set()
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
                     while not self.stopping.is_set():
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
+                            if notify.channel == REGISTRY_CHANNEL:
+                                self.sender.tokens.invalidate()  # the next send reads its sender's token anew
+                                continue
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
                             self.sender.wake.set()
             except psycopg.Error as exc:
