@@ -176,12 +176,19 @@ def _implied_type(message: dict) -> str:
 
 
 def validate_phone_number_id(value: Any) -> str | None:
-    """A message's sender as given: a phone number id or the form of an alias (the database resolves it)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not (_PHONE_NUMBER_ID.fullmatch(value) or _SENDER_ALIAS.fullmatch(value)):
+    if not isinstance(value, str) or not _PHONE_NUMBER_ID.fullmatch(value):
         raise InvalidMessage("`phone_number_id` must be the numeric id of a business phone number")
     return value
+
+
+def validate_sender(value: Any) -> str | None:
+    """A message's sender as given: a phone number id, or the form of a sender's alias (whether one has it, the
+    database's wa_outbox.sender_choice() decides)."""
+    if isinstance(value, str) and _SENDER_ALIAS.fullmatch(value):
+        return value
+    return validate_phone_number_id(value)
 
 
 def validate_key(name: str, value: Any, limit: int = MAX_KEY) -> str | None:
@@ -222,7 +229,7 @@ def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correla
         if problem:
             raise InvalidMessage(problem)
     return Checked(recipient, validate_key(key_name, idempotency_key), validate_key("correlation_id", correlation_id),
-                   validate_phone_number_id(phone_number_id), text)
+                   validate_sender(phone_number_id), text)
 
 
 def validate_ordered(value: Any) -> bool:

@@ -61,10 +61,10 @@ def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invali
     Every row is validated first; with an invalid row nothing is written (exit 1) unless --skip-invalid. Importing
     the same file again queues nothing new."""
     from .. import campaigns
-    from ..messages import InvalidMessage, validate_phone_number_id
+    from ..messages import InvalidMessage, validate_sender
     try:
         campaigns.validate_name(name)
-        validate_phone_number_id(phone_number_id)
+        validate_sender(phone_number_id)
     except (campaigns.CampaignError, InvalidMessage) as exc:
         raise click.BadParameter(str(exc)) from None
     if (template is None) != (lang is None):
