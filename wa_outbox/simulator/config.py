@@ -72,7 +72,7 @@ class SimulatorConfig:
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ValueError(f"unknown config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        values = {name: _merged(getattr(self, name), name, value) if name in ("apps", "numbers")
+        values: dict[str, Any] = {name: _merged(getattr(self, name), name, value) if name in ("apps", "numbers")
                   else _coerce(name, value) for name, value in changes.items()}
         updated = dataclasses.replace(self, **values)
         for number_id, number in updated.numbers.items():

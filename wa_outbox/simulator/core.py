@@ -88,7 +88,7 @@ class Simulator:
         config = self._config
         number = config.number(phone_number_id)
         if number is None:  # a number of no account of its own: the simulator's one token, as before
-            authorized = bool(authorization) and hmac.compare_digest(authorization.encode(), self._authorization)
+            authorized = authorization is not None and hmac.compare_digest(authorization.encode(), self._authorization)
         else:  # a number with its own token accepts only that one
             authorized = _bearer_is(authorization, number.token)
             if not authorized and self._known_token(authorization, config):
