@@ -37,6 +37,7 @@ from .messages import (
     normalize_recipient,
     size_problem,
     validate_phone_number_id,
+    validate_sender,
 )
 
 CHUNK_ROWS = 5000          # rows per statement: large enough to amortize the round trip, small enough to stream
@@ -366,7 +367,7 @@ def import_items(engine: sa.Engine, *, name: str, phone_number_id: str | None, i
     A new campaign sends from `phone_number_id`, else `default_sender`, else the sender `db upgrade` recorded; an
     existing one from its own. Raises CampaignConflict for a cancelled campaign, CampaignError for another sender."""
     validate_name(name)
-    validate_phone_number_id(phone_number_id)
+    validate_sender(phone_number_id)
     validate_phone_number_id(default_sender)
     chunks = [items[start:start + chunk_rows] for start in range(0, len(items), chunk_rows)]
     if not chunks:

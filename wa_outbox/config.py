@@ -421,8 +421,16 @@ class Settings:
     def require_web(self) -> Settings:
         return self.require("database_url", "app_secret", "verify_token", "api_tokens")
 
-    def require_worker(self) -> Settings:
-        self.require("database_url", "access_token", "phone_number_id")
+    def require_worker(self, *, senders_registered: bool = False) -> Settings:
+        """The worker's settings. WHATSAPP_ACCESS_TOKEN and WHATSAPP_PHONE_NUMBER_ID are needed only while no sender
+        is registered: the worker asks the database (Worker.require_credentials) once it has its engine."""
+        self.require("database_url")
+        if not senders_registered:
+            for name in ("access_token", "phone_number_id"):
+                if not getattr(self, name):
+                    var, why = _REQUIRED_HELP[name]
+                    raise ConfigError(f"{var} is not set and no sender is registered: set {var} ({why}), or register "
+                                      "senders with `wa-outbox senders add`")
         if self.lease_seconds <= self.connect_timeout + self.send_timeout + 5:
             raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
                               f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "

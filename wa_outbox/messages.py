@@ -27,6 +27,8 @@ MAX_KEY = 255
 _SEPARATORS = re.compile(r"[ \t\n\r\f\v().-]")  # as recipient_digits(): what people type inside a number
 _E164_DIGITS = re.compile(r"[1-9][0-9]{6,14}")
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,32}")
+# A registered sender's alias (senders.alias's CHECK): whether one exists, wa_outbox.sender_choice() decides.
+_SENDER_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 # jsonb's text form (", " and ": " separators, Unicode as is): what octet_length(message::text) measures. One encoder
 # for the process: json.dumps() with any non-default argument builds a new one per call (most of its cost here).
 _JSONB_TEXT = json.JSONEncoder(ensure_ascii=False).encode
@@ -181,6 +183,14 @@ def validate_phone_number_id(value: Any) -> str | None:
     return value
 
 
+def validate_sender(value: Any) -> str | None:
+    """A message's sender as given: a phone number id, or the form of a sender's alias (whether one has it, the
+    database's wa_outbox.sender_choice() decides)."""
+    if isinstance(value, str) and _SENDER_ALIAS.fullmatch(value):
+        return value
+    return validate_phone_number_id(value)
+
+
 def validate_key(name: str, value: Any, limit: int = MAX_KEY) -> str | None:
     """An idempotency key or correlation id, as wa_outbox.key_problem() checks it (and storable as text)."""
     if value is None:
@@ -219,7 +229,7 @@ def check_request(*, to: Any, message: Any, idempotency_key: Any = None, correla
         if problem:
             raise InvalidMessage(problem)
     return Checked(recipient, validate_key(key_name, idempotency_key), validate_key("correlation_id", correlation_id),
-                   validate_phone_number_id(phone_number_id), text)
+                   validate_sender(phone_number_id), text)
 
 
 def validate_ordered(value: Any) -> bool:

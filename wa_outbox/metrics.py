@@ -154,6 +154,9 @@ WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ..
         "Pauses applied after a send: sender_throttled (rate limit), sender_paused (needs a human), pair_limit",
         ("reason",), (("sender_throttled",), ("sender_paused",), ("pair_limit",))),
     "wa_outbox_claims_total": ("Messages claimed for sending", (), ((),)),
+    "wa_outbox_sender_alerts_total": (
+        "Senders paused until a human acts (token, permission, account), by phone_number_id", ("phone_number_id",),
+        ()),
     "wa_outbox_inbound_events_total": (
         "Inbound webhook events processed, by kind (status, message, change) and result (done, retry, waiting, dead, "
         "lease_lost)", ("kind", "result"),

@@ -97,7 +97,7 @@ def test_5xx_then_success_ends_sent_after_backoff(db, sender, sim, settings):
 
 
 @pytest.mark.parametrize("code, status, event", [
-    (131026, "dead", "dead"), (131047, "dead", "dead"), (132001, "dead", "dead"), (10, "dead", "dead"),
+    (131026, "dead", "dead"), (131047, "dead", "dead"), (132001, "dead", "dead"), (10, "queued", "sender_paused"),
     (131000, "queued", "retry_scheduled"), (2, "queued", "retry_scheduled"),
     (130429, "queued", "throttled"), (80007, "queued", "throttled"),
     (131056, "queued", "pair_limited"),

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from wa_outbox.retry import RetryPolicy, backoff_seconds
-from wa_outbox.worker._classify import Action, SendResult, classify
+from wa_outbox.worker._classify import Action, SendResult, classify, may_be_the_token
 from wa_outbox.worker._outcomes import Claimed, outcome, request_body
 
 
@@ -35,7 +35,8 @@ def test_200_without_a_message_id_is_unknown_not_sent_or_retried():
     (131056, Action.PAIR_LIMIT),
     (0, Action.PAUSE_SENDER), (190, Action.PAUSE_SENDER), (368, Action.PAUSE_SENDER), (131031, Action.PAUSE_SENDER),
     (131042, Action.PAUSE_SENDER),
-    (3, Action.DEAD), (10, Action.DEAD), (200, Action.DEAD), (299, Action.DEAD), (131005, Action.DEAD),
+    (10, Action.PAUSE_SENDER), (200, Action.PAUSE_SENDER), (299, Action.PAUSE_SENDER),  # the token's permission
+    (3, Action.DEAD), (131005, Action.DEAD),
     (131050, Action.DEAD), (131026, Action.DEAD), (131047, Action.DEAD), (131051, Action.DEAD), (100, Action.DEAD),
     (131008, Action.DEAD), (131009, Action.DEAD), (131021, Action.DEAD), (132000, Action.DEAD),
     (132016, Action.DEAD), (133010, Action.DEAD),
@@ -108,3 +109,21 @@ def test_outcomes():
     assert dead["status"] == "dead" and dead["error"]["code"] == 131026
     sent = outcome(ROW, classify(SendResult(http_status=200, body={"messages": [{"id": "wamid.Y"}]})), fixed, 1.0)
     assert (sent["status"], sent["wamid"]) == ("sent", "wamid.Y")
+
+
+def test_a_token_without_access_to_the_number_pauses_the_sender():
+    """100/33 on a send: the token cannot see this phone number (another number's token): the sender, not the
+    message, is at fault."""
+    body = {"error": {"message": "Unsupported post request. Object with ID '5001' does not exist, cannot be loaded "
+                                 "due to missing permissions, or does not support this operation.",
+                      "type": "GraphMethodException", "code": 100, "error_subcode": 33}}
+    decided = classify(SendResult(http_status=400, body=body))
+    assert decided.action is Action.PAUSE_SENDER and decided.alert
+    assert classify(graph_error(100)).action is Action.DEAD  # any other 100: the message's parameters
+
+
+@pytest.mark.parametrize("code, token", [(190, True), (0, True), (10, True), (200, True), (368, False),
+                                         (131031, False), (131042, False), (131000, False), (131026, False)])
+def test_which_refusals_may_be_the_token(code, token):
+    result = graph_error(code)
+    assert may_be_the_token(result, classify(result)) is token

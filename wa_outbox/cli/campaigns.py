@@ -52,7 +52,8 @@ def _campaign_error(exc) -> CliError:
 @click.option("--name", required=True, help="The campaign (created on first import, found by name after).")
 @click.option("--template", help="Template name (unless the CSV has a `message` column).")
 @click.option("--lang", help="Template language code, e.g. en_US.")
-@click.option("--phone-number-id", help="Sender (default: the campaign's, else WHATSAPP_PHONE_NUMBER_ID).")
+@click.option("--phone-number-id", help="Sender: a phone number id or a registered sender's alias (default: the "
+                                         "campaign's, else WHATSAPP_PHONE_NUMBER_ID, else the only registered sender).")
 @click.option("--skip-invalid", is_flag=True, help="Import the valid rows and list the others (default: write "
                                                    "nothing if any row is invalid).")
 def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invalid) -> None:
@@ -61,10 +62,10 @@ def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invali
     Every row is validated first; with an invalid row nothing is written (exit 1) unless --skip-invalid. Importing
     the same file again queues nothing new."""
     from .. import campaigns
-    from ..messages import InvalidMessage, validate_phone_number_id
+    from ..messages import InvalidMessage, validate_sender
     try:
         campaigns.validate_name(name)
-        validate_phone_number_id(phone_number_id)
+        validate_sender(phone_number_id)
     except (campaigns.CampaignError, InvalidMessage) as exc:
         raise click.BadParameter(str(exc)) from None
     if (template is None) != (lang is None):

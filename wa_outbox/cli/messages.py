@@ -16,7 +16,8 @@ from ._output import _echo_json, _print_notification, _tsv
 @click.option("--json", "message_json", help="Any Cloud API message body, as JSON.")
 @click.option("--idempotency-key", help="Same key, same message: queued once.")
 @click.option("--correlation-id", help="Stored on the message and its timeline.")
-@click.option("--phone-number-id", help="Sender (default: WHATSAPP_PHONE_NUMBER_ID).")
+@click.option("--phone-number-id", help="Sender: a phone number id or a registered sender's alias (default: "
+                                         "WHATSAPP_PHONE_NUMBER_ID, else the only registered sender).")
 def send(to, text, template, lang, message_json, idempotency_key, correlation_id, phone_number_id) -> None:
     """Queue one message (the worker sends it) and print its id."""
     import json as _json

@@ -47,8 +47,8 @@ def worker() -> None:
     capped exponential backoff, one log line per attempt; SIGTERM or SIGINT while waiting exits 0 at once."""
     from ..worker import Worker, wait_until_ready
     settings = _settings(service=True)
-    try:
-        settings.require_worker()
+    try:  # all but the credentials, which may be registered senders: asked once the database answers
+        settings.require_worker(senders_registered=True)
     except ConfigError as exc:
         raise ConfigurationError(exc) from None
     stopping = threading.Event()
@@ -65,6 +65,7 @@ def worker() -> None:
         return
     try:
         the_worker = Worker(settings)
+        the_worker.require_credentials()
     except ConfigError as exc:
         raise ConfigurationError(exc) from None
     running.append(the_worker)

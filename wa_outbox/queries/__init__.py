@@ -149,11 +149,13 @@ from .ops import (
 from .registry import (
     RegisteredBusinessAccount,
     RegisteredSender,
+    RegistryVersion,
     StoredAppSecret,
     StoredToken,
     registry_app_secrets,
     registry_business_accounts,
     registry_senders,
+    registry_version,
     sender_token,
 )
 from .senders import (
@@ -216,6 +218,7 @@ __all__ = [
     "dispatch_events",
     "record_deliveries",
     "rescue_deliveries",
+    "RegistryVersion", "registry_version",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",

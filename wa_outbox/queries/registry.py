@@ -62,3 +62,13 @@ class StoredToken:
 def sender_token(engine: sa.Engine, *, phone_number_id: str) -> StoredToken | None:
     found = _rows(engine, "sender_token", StoredToken, {"phone_number_id": phone_number_id})
     return found[0] if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryVersion:
+    senders: int
+    tokens_updated_at: datetime | None
+
+
+def registry_version(engine: sa.Engine) -> RegistryVersion:
+    return _rows(engine, "registry_version", RegistryVersion)[0]

@@ -7,7 +7,9 @@ and never expose it.
     GET  /_admin/faults                                  {"faults": [rules, each with "remaining"]}
     PUT  /_admin/faults      [rules] or {"faults": [rules]}   replaces every rule
     GET  /_admin/config                                  {"config": {…}}
-    PUT  /_admin/config      {"key": value, …}           changes only the keys given
+    PUT  /_admin/config      {"key": value, …}           changes only the keys given (POST: the same)
+                             many numbers and apps: {"apps": {"APP_ID": {"secret": …}}, "numbers": {"PHONE_NUMBER_ID":
+                             {"token": … (null: revoked), "app": "APP_ID", "waba": "WABA_ID"}}}, merged by id
     POST /_admin/inbound     {"from", "text" | "message", "phone_number_id"?, "name"?}  -> {"id": wamid}
     POST /_admin/reset                                   back to the state at start
     GET  /_admin/stats                                   {"requests", "accepted", "outcomes", "webhooks"}
@@ -89,6 +91,7 @@ _ROUTES: dict[tuple[str, str], Callable[[Simulator, dict[str, str], Any], Any]] 
     ("PUT", "faults"): _put_faults,
     ("GET", "config"): _get_config,
     ("PUT", "config"): _put_config,
+    ("POST", "config"): _put_config,
     ("POST", "inbound"): _inbound,
     ("POST", "reset"): _reset,
     ("GET", "stats"): _stats,

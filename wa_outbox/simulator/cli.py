@@ -46,8 +46,12 @@ def _fault_rule(ctx: click.Context, param: click.Parameter, values: tuple[str, .
               help='A fault rule, e.g. \'{"mode": "error", "code": 131000, "rate": 0.1}\'. Repeatable.')
 @click.option("--mps", type=click.FloatRange(min=0, min_open=True),
               help="Messages per second per sender number above which sends get error 130429.")
+@click.option("--accounts", "accounts_file", type=click.File("r"), metavar="FILE",
+              help='Many numbers and apps, as JSON: {"apps": {"APP_ID": {"secret": "…"}}, "numbers": '
+                   '{"PHONE_NUMBER_ID": {"token": "…", "app": "APP_ID", "waba": "WABA_ID"}}} (a file: tokens stay '
+                   'off the command line). Each such number accepts only its own token.')
 def simulator_command(host: str, port: int, webhook_url: str | None, status_delay_ms: float, faults: list[dict],
-                      mps: float | None) -> None:
+                      mps: float | None, accounts_file: Any = None) -> None:
     """Run the Graph API simulator: a fake WhatsApp Cloud API with fault injection and signed status webhooks.
 
     \b
@@ -62,6 +66,14 @@ def simulator_command(host: str, port: int, webhook_url: str | None, status_dela
                                "mps": mps}
     if os.environ.get("WHATSAPP_PHONE_NUMBER_ID"):
         options["phone_number_id"] = os.environ["WHATSAPP_PHONE_NUMBER_ID"]
+    if accounts_file is not None:
+        try:
+            accounts = json.load(accounts_file)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--accounts") from None
+        if not isinstance(accounts, dict) or set(accounts) - {"apps", "numbers"}:
+            raise click.BadParameter('expected {"apps": {…}, "numbers": {…}}', param_hint="--accounts")
+        options.update(accounts)
     try:
         server = SimulatorServer(
             access_token=os.environ.get("WHATSAPP_ACCESS_TOKEN") or DEV_ACCESS_TOKEN,

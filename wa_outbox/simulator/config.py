@@ -7,7 +7,8 @@ swaps the reference, so a request in flight always sees one consistent configura
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 FINAL_STATUSES = ("sent", "delivered", "read")
@@ -18,6 +19,22 @@ class PairLimit:
     """At most `messages` accepted sends to one recipient within `window_s` seconds, else 131056."""
     messages: int
     window_s: float
+
+
+@dataclass(frozen=True)
+class App:
+    """A Meta app: its secret signs the webhooks of the numbers it owns."""
+    secret: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A business number of its own: it accepts only its own token (None: revoked, none is accepted), and its
+    webhooks name its WABA and are signed by its app's secret."""
+    token: str | None = field(repr=False)
+    app: str | None = None                   # an `apps` key; None: the simulator's own app secret
+    waba: str | None = None                  # None: the config's waba_id
+    display_phone_number: str | None = None  # None: the config's display_phone_number
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,10 @@ class SimulatorConfig:
     mps: float | None = None
     pair_limit: PairLimit | None = None
     validate: bool = True  # check request bodies against Meta's schema (off: measure the transport alone)
+    # Many numbers and apps (none: one token for every number, one secret, as before). A change merges by key: a
+    # number or app given replaces that one, null removes it, the others stay.
+    apps: Mapping[str, App] = field(default_factory=dict)
+    numbers: Mapping[str, Number] = field(default_factory=dict)
 
     def updated(self, changes: dict[str, Any]) -> SimulatorConfig:
         """A copy with `changes` (JSON-style values) applied; ValueError names the first bad key or value."""
@@ -51,11 +72,68 @@ class SimulatorConfig:
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ValueError(f"unknown config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        values = {name: _coerce(name, value) for name, value in changes.items()}
-        return dataclasses.replace(self, **values)
+        values: dict[str, Any] = {name: _merged(getattr(self, name), name, value) if name in ("apps", "numbers")
+                  else _coerce(name, value) for name, value in changes.items()}
+        updated = dataclasses.replace(self, **values)
+        for number_id, number in updated.numbers.items():
+            if number.app is not None and number.app not in updated.apps:
+                raise ValueError(f"number {number_id}'s app {number.app} is not among apps")
+        return updated
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The configuration as JSON, tokens and secrets shown only as whether they are set."""
+        shown = dataclasses.asdict(self)
+        shown["apps"] = {app_id: {"secret": "***"} for app_id in self.apps}
+        shown["numbers"] = {number_id: {**dataclasses.asdict(n), "token": None if n.token is None else "***"}
+                            for number_id, n in self.numbers.items()}
+        return shown
+
+    def secret_of(self, phone_number_id: str, default: str) -> str:
+        """The secret the webhooks of `phone_number_id` are signed with: its app's, else `default`."""
+        number = self.numbers.get(phone_number_id)
+        return self.apps[number.app].secret if number is not None and number.app is not None else default
+
+    def number(self, phone_number_id: str) -> Number | None:
+        return self.numbers.get(phone_number_id)
+
+
+def _merged(current: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be an object keyed by {'app id' if name == 'apps' else 'phone number id'}")
+    merged = dict(current)
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.isdigit():
+            raise ValueError(f"{name}: {key!r} is not a numeric id")
+        if item is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _app(key, item) if name == "apps" else _number(key, item)
+    return merged
+
+
+def _app(app_id: str, value: Any) -> App:
+    if isinstance(value, App):
+        return value
+    if not isinstance(value, Mapping) or set(value) != {"secret"} or not isinstance(value["secret"], str) \
+            or not value["secret"]:
+        raise ValueError(f'apps: {app_id} must be {{"secret": "<the app secret>"}}')
+    return App(value["secret"])
+
+
+_NUMBER_KEYS = {"token", "app", "waba", "display_phone_number"}
+
+
+def _number(number_id: str, value: Any) -> Number:
+    if isinstance(value, Number):
+        return value
+    if not isinstance(value, Mapping) or "token" not in value or set(value) - _NUMBER_KEYS:
+        raise ValueError(f'numbers: {number_id} must be {{"token": "<its token>" or null, "app"?, "waba"?, '
+                         '"display_phone_number"?}')
+    for key in _NUMBER_KEYS:
+        item = value.get(key)
+        if item is not None and (not isinstance(item, str) or not item):
+            raise ValueError(f"numbers: {number_id}'s {key} must be a non-empty string or null")
+    return Number(value["token"], value.get("app"), value.get("waba"), value.get("display_phone_number"))
 
 
 def _coerce(name: str, value: Any) -> Any:

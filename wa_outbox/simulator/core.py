@@ -86,7 +86,14 @@ class Simulator:
             self._requests += 1
             request_index = self._requests
         config = self._config
-        if not authorization or not hmac.compare_digest(authorization.encode(), self._authorization):
+        number = config.number(phone_number_id)
+        if number is None:  # a number of no account of its own: the simulator's one token, as before
+            authorized = authorization is not None and hmac.compare_digest(authorization.encode(), self._authorization)
+        else:  # a number with its own token accepts only that one
+            authorized = _bearer_is(authorization, number.token)
+            if not authorized and self._known_token(authorization, config):
+                return self._refuse("no_access", 400, _no_access(phone_number_id))  # valid, not for this number
+        if not authorized:
             reason = ("Invalid OAuth access token - Cannot parse access token" if authorization
                       else "An active access token must be used to query information about the current user.")
             body = errors.graph_error(190, message=reason)
@@ -142,6 +149,14 @@ class Simulator:
         answer = {"messaging_product": "whatsapp", "contacts": [{"input": parsed.to, "wa_id": parsed.wa_id}],
                   "messages": [sent]}
         return Reply(200, _dumps(answer), delay_s=decision.delay_s, drop=dropped)
+
+    def _known_token(self, authorization: str | None, config: SimulatorConfig) -> bool:
+        """Whether `authorization` carries a token valid for some number (the simulator's own, or a number's)."""
+        if not authorization:
+            return False
+        given = authorization.encode()
+        return any([hmac.compare_digest(given, self._authorization)] + [
+            _bearer_is(authorization, n.token) for n in config.numbers.values()])
 
     def _injected_refusal(self, rule: FaultRule | None) -> Reply | None:
         """The answer a refusing fault rule gives (the message is not accepted), or None."""
@@ -211,7 +226,8 @@ class Simulator:
         wamid = new_wamid(wa_id)
         value = {"contacts": [{"profile": {"name": name or f"User {wa_id[-4:]}"}, "wa_id": wa_id}],
                  "messages": [inbound_message(wa_id, wamid, time.time(), text=text, message=message)]}
-        self.webhooks.schedule_payload(envelope(config, phone_number_id or config.phone_number_id, value))
+        number_id = phone_number_id or config.phone_number_id
+        self.webhooks.schedule_payload(envelope(config, number_id, value), number_id)
         return wamid
 
     def reset(self) -> None:
@@ -231,6 +247,22 @@ class Simulator:
             stats = {"requests": self._requests, "accepted": len(self._messages), "outcomes": dict(self._outcomes)}
         stats["webhooks"] = self.webhooks.stats()
         return stats
+
+
+def _bearer_is(authorization: str | None, token: str | None) -> bool:
+    return token is not None and authorization is not None and hmac.compare_digest(
+        authorization.encode(), f"Bearer {token}".encode())
+
+
+def _no_access(phone_number_id: str) -> dict[str, Any]:
+    """Meta's answer to a valid token without access to the number (another number's or business's token): the
+    number is an object this token cannot load. As sent, e.g. https://github.com/sajuthankappan/whatsapp-cloud-api-rs/
+    issues/3; the subcode: https://developers.facebook.com/docs/graph-api/guides/error-handling"""
+    return {"error": {"message": f"Unsupported post request. Object with ID '{phone_number_id}' does not exist, "
+                                 "cannot be loaded due to missing permissions, or does not support this operation. "
+                                 "Please read the Graph API documentation at https://developers.facebook.com/docs/"
+                                 "graph-api", "type": "GraphMethodException", "code": 100, "error_subcode": 33,
+                      "fbtrace_id": errors.fbtrace_id()}}
 
 
 def _graph_reply(code: int, *, subcode: int | None = None, details: str | None = None,

@@ -52,8 +52,11 @@ def signature(app_secret: str, body: bytes) -> str:
 
 def envelope(config: SimulatorConfig, phone_number_id: str, value: dict[str, Any]) -> dict[str, Any]:
     """One `messages` change for `phone_number_id` carrying `value` (statuses, or contacts + messages)."""
-    metadata = {"display_phone_number": config.display_phone_number, "phone_number_id": phone_number_id}
-    return {"object": "whatsapp_business_account", "entry": [{"id": config.waba_id, "changes": [
+    number = config.number(phone_number_id)  # a number of its own names its own WABA and display number
+    display = (number.display_phone_number if number else None) or config.display_phone_number
+    metadata = {"display_phone_number": display, "phone_number_id": phone_number_id}
+    waba_id = (number.waba if number else None) or config.waba_id
+    return {"object": "whatsapp_business_account", "entry": [{"id": waba_id, "changes": [
         {"value": {"messaging_product": "whatsapp", "metadata": metadata, **value}, "field": "messages"}]}]}
 
 
@@ -163,8 +166,9 @@ class WebhookDispatcher:
             self._pending += len(chain) - 1  # the whole chain is pending from now on
             self._push(*chain[0])
 
-    def schedule_payload(self, payload: dict[str, Any]) -> None:
-        self._push(time.monotonic(), _Delivery("", None, encode(payload)))
+    def schedule_payload(self, payload: dict[str, Any], phone_number_id: str = "") -> None:
+        """Post `payload` as it is, signed by the secret of `phone_number_id`'s app."""
+        self._push(time.monotonic(), _Delivery(phone_number_id, None, encode(payload)))
 
     def clear(self) -> None:
         """Forget every pending delivery (a POST already on the wire still completes, unrecorded)."""
@@ -218,7 +222,8 @@ class WebhookDispatcher:
                 carried = self._absorb_ready(generation, delivery, config.webhook_max_batch)
                 delivery.body = encode(envelope(config, delivery.phone_number_id, {"statuses": delivery.statuses}))
                 delivery.statuses = None
-            ok = self._post(session, config, delivery.body)
+            ok = self._post(session, config, delivery.body,
+                            config.secret_of(delivery.phone_number_id, self._app_secret))
             self._settle(generation, delivery, config, ok)
 
     def _absorb_ready(self, generation: int, delivery: _Delivery, limit: int):
@@ -243,10 +248,10 @@ class WebhookDispatcher:
                     self._pending -= 1
         return None
 
-    def _post(self, session: requests.Session, config: SimulatorConfig, body: bytes) -> bool:
+    def _post(self, session: requests.Session, config: SimulatorConfig, body: bytes, secret: str) -> bool:
         if not config.webhook_url:
             return False
-        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(self._app_secret, body),
+        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(secret, body),
                    "User-Agent": "facebookexternalua"}
         try:
             response = session.post(config.webhook_url, data=body, headers=headers, timeout=config.webhook_timeout_s)
@@ -269,7 +274,7 @@ class WebhookDispatcher:
                     self._stats["duplicates"] += copies
                     for copy in range(copies):
                         self._push(time.monotonic() + _DUPLICATE_DELAY_S * (copy + 1),
-                                   _Delivery("", None, delivery.body, 0, True))
+                                   _Delivery(delivery.phone_number_id, None, delivery.body, 0, True))
             elif config.webhook_url and delivery.attempt + 1 < config.webhook_max_attempts:
                 self._stats["failed_attempts"] += 1
                 delay = webhook_retry_delay(config, delivery.attempt)

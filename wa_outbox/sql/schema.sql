@@ -355,8 +355,7 @@ DECLARE
                                wa_outbox.key_problem('idempotency_key', to_jsonb(idempotency_key)),
                                wa_outbox.key_problem('correlation_id', to_jsonb(correlation_id)));
     v_recipient text := wa_outbox.recipient_digits(to_);
-    v_sender text := coalesce(enqueue.phone_number_id,
-                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_sender text;  -- the phone number id `phone_number_id` (a number or an alias; NULL: the default) stands for
     v_body jsonb;  -- the message minus the fields wa-outbox sets itself
     v_hash text;
     v_id bigint;
@@ -365,14 +364,7 @@ BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION '%', v_problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF enqueue.phone_number_id !~ '^[0-9]{1,32}$' THEN
-        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
-        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    v_sender := wa_outbox.resolve_sender(enqueue.phone_number_id);
     v_body := message - '{to,messaging_product,recipient_type}'::text[];
     -- The request digest only matters for an idempotency key (refused reuse with another message).
     v_hash := CASE WHEN idempotency_key IS NULL THEN '' ELSE md5(v_sender || '|' || v_recipient || '|' || v_body::text) END;
@@ -416,11 +408,11 @@ END $$;
 CREATE FUNCTION wa_outbox.enqueue_many(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
     SET work_mem = '64MB' AS $$
 DECLARE
-    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    -- The default sender and its verdict, once per batch (sender_choice(NULL)), not once per item.
+    v_default_choice text[] := wa_outbox.sender_choice(NULL);
+    v_default text := v_default_choice[1];
     -- Looked up once, not per item (a catalog look-up per row was a fifth of the statement's time).
     v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
-    -- The default sender's verdict, once per batch: a regular expression per item was 7 % of the statement.
-    v_default_ok boolean := v_default ~ '^[0-9]{1,32}$';
     v_json_suspect boolean;
     v_new bigint[];
     v_keys text[];
@@ -438,7 +430,9 @@ BEGIN
     WITH input AS MATERIALIZED (  -- materialized: each field is taken out of its item once, not once per rule
         SELECT i.ord, jsonb_typeof(i.item) AS item_type, i.item->'message' AS message, i.item->'to' AS to_,
                i.item->'idempotency_key' AS key_json, i.item->'correlation_id' AS correlation_json,
-               i.item->'phone_number_id' AS sender_json
+               i.item->'phone_number_id' AS sender_json,
+               CASE WHEN jsonb_typeof(i.item->'phone_number_id') = 'string' THEN i.item->>'phone_number_id' END
+                   AS sender_text
         FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
     ), checked AS (
         SELECT ord, recipient, sender,
@@ -456,17 +450,22 @@ BEGIN
                        wa_outbox.key_problem('idempotency_key', key_json),
                        wa_outbox.key_problem('correlation_id', correlation_json),
                        CASE WHEN jsonb_typeof(sender_json) NOT IN ('string', 'null')
-                                 OR sender_json #>> '{}' !~ '^[0-9]{1,32}$'
                                 THEN '`phone_number_id` must be the numeric id of a business phone number'
-                            -- An item's own sender passed the rule above; the default's verdict is known already.
-                            WHEN sender IS NULL OR (sender_json #>> '{}' IS NULL AND NOT v_default_ok)
-                                THEN 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
+                            -- None given: the default's verdict, known already.
+                            WHEN sender_text IS NULL THEN v_default_choice[2]
+                            ELSE named[2]
                        END)
                END AS problem
         FROM (SELECT *, CASE WHEN jsonb_typeof(to_) = 'string' THEN wa_outbox.recipient_digits(to_ #>> '{}') END
                             AS recipient,
-                     coalesce(sender_json #>> '{}', v_default) AS sender
-              FROM input) input
+                     CASE WHEN sender_text IS NULL THEN v_default ELSE named[1] END AS sender
+              FROM (SELECT *,
+                           -- A phone number id is sender_choice()'s own answer, without a call per item; an alias
+                           -- (or anything else) asks it.
+                           CASE WHEN sender_text IS NULL THEN NULL
+                                WHEN sender_text ~ '^[0-9]{1,32}$' THEN ARRAY[sender_text, NULL]
+                                ELSE wa_outbox.sender_choice(sender_text) END AS named
+                    FROM input) named) input
     ), hashed AS (
         -- The request digest only matters for an idempotency key (409 on reuse with another message).
         SELECT *, CASE WHEN key IS NULL THEN '' ELSE md5(sender || '|' || recipient || '|' || body::text) END
@@ -532,7 +531,8 @@ END $$;
 CREATE FUNCTION wa_outbox.enqueue_checked(items jsonb) RETURNS bigint[] LANGUAGE plpgsql
     SET work_mem = '64MB' AS $$
 DECLARE
-    v_default text := (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id');
+    v_default_choice text[] := wa_outbox.sender_choice(NULL);  -- the default sender, once per batch
+    v_default text := v_default_choice[1];
     v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
     v_missing bigint;
     v_new bigint[];
@@ -542,17 +542,22 @@ DECLARE
     v_ids bigint[];
     v_conflict boolean;
 BEGIN
-    IF v_default IS NULL OR v_default !~ '^[0-9]{1,32}$' THEN
-        -- No usable default: the first item without its own sender refuses the batch (enqueue_many()'s last rule).
+    IF v_default IS NULL THEN
+        -- No default: the first item without its own sender refuses the batch (enqueue_many()'s last rule).
         SELECT i.ord INTO v_missing FROM jsonb_array_elements(items) WITH ORDINALITY AS i(item, ord)
         WHERE i.item->>'phone_number_id' IS NULL ORDER BY i.ord LIMIT 1;
         IF v_missing IS NOT NULL THEN
-            PERFORM wa_outbox.refuse_item(v_missing,
-                'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox');
+            PERFORM wa_outbox.refuse_item(v_missing, v_default_choice[2]);
         END IF;
     END IF;
     WITH input AS (
-        SELECT i.ord, i."to" AS recipient, coalesce(i.phone_number_id, v_default) AS sender,
+        -- Python checked each sender's form (digits, or an alias, which starts with a letter): the first character
+        -- tells a phone number id (taken as given, as sender_choice() does) from an alias (resolve_sender()) without
+        -- a regular expression per item.
+        SELECT i.ord, i."to" AS recipient,
+               CASE WHEN i.phone_number_id IS NULL THEN v_default
+                    WHEN ascii(i.phone_number_id) BETWEEN 48 AND 57 THEN i.phone_number_id
+                    ELSE wa_outbox.resolve_sender(i.phone_number_id) END AS sender,
                CASE WHEN i.message ?| '{to,messaging_product,recipient_type}'
                     THEN i.message - '{to,messaging_product,recipient_type}'::text[]
                     ELSE i.message END AS body,  -- copy the jsonb only when there is something to strip
@@ -888,16 +893,17 @@ CREATE TABLE wa_outbox.campaigns (
 -- campaign's sender. Each item is {"to", "message", "idempotency_key"} (the key derived from the campaign name and
 -- the row), validated by the same functions as enqueue_many; a known key inserts nothing (a re-import). Messages of
 -- a paused campaign are parked (next_attempt_at = 'infinity') until `campaign resume`.
--- A new campaign's sender: phone_number_id, else default_sender (the caller's WHATSAPP_PHONE_NUMBER_ID), else the
--- one `db upgrade` recorded; an existing campaign keeps its own, and naming another is refused.
+-- A new campaign's sender: phone_number_id (a number or an alias), else default_sender (the caller's
+-- WHATSAPP_PHONE_NUMBER_ID), else the default (sender_choice()); an existing campaign keeps its own, and naming
+-- another is refused.
 CREATE FUNCTION wa_outbox.enqueue_campaign(campaign_name text, phone_number_id text, items jsonb,
                                            default_sender text DEFAULT NULL)
     RETURNS TABLE (campaign_id bigint, campaign_status text, inserted integer, present integer)
     LANGUAGE plpgsql SET work_mem = '64MB' AS $$
 #variable_conflict use_column
 DECLARE
-    v_sender text := coalesce(enqueue_campaign.phone_number_id, default_sender,
-                              (SELECT s.value FROM wa_outbox.settings s WHERE s.key = 'default_phone_number_id'));
+    v_choice text[] := wa_outbox.sender_choice(coalesce(enqueue_campaign.phone_number_id, default_sender));
+    v_sender text := v_choice[1];
     v_sequence regclass := pg_get_serial_sequence('wa_outbox.notifications', 'id')::regclass;
     v_campaign wa_outbox.campaigns%ROWTYPE;
     v_json_suspect boolean;
@@ -906,13 +912,10 @@ BEGIN
     IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'items must be a JSON array' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF enqueue_campaign.phone_number_id !~ '^[0-9]{1,32}$' THEN
-        RAISE EXCEPTION '`phone_number_id` must be the numeric id of a business phone number'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF v_sender IS NULL OR v_sender !~ '^[0-9]{1,32}$' THEN
-        RAISE EXCEPTION 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'
-            USING ERRCODE = 'invalid_parameter_value';
+    -- A sender named must resolve; none named, a campaign that exists already needs no default.
+    IF v_sender IS NULL AND (enqueue_campaign.phone_number_id IS NOT NULL
+                             OR NOT EXISTS (SELECT FROM wa_outbox.campaigns c WHERE c.name = campaign_name)) THEN
+        RAISE EXCEPTION '%', v_choice[2] USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO wa_outbox.campaigns AS c (name, phone_number_id) VALUES (campaign_name, v_sender)
     ON CONFLICT (name) DO NOTHING;
@@ -922,7 +925,7 @@ BEGIN
         RAISE EXCEPTION 'campaign % is cancelled: nothing more can be imported into it', campaign_name
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF enqueue_campaign.phone_number_id IS NOT NULL AND v_campaign.phone_number_id <> enqueue_campaign.phone_number_id THEN
+    IF enqueue_campaign.phone_number_id IS NOT NULL AND v_campaign.phone_number_id <> v_sender THEN
         RAISE EXCEPTION 'campaign % sends from %, not %', campaign_name, v_campaign.phone_number_id,
             enqueue_campaign.phone_number_id USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1259,6 +1262,49 @@ CREATE TABLE wa_outbox.senders (
     CHECK ((token_enc IS NULL) <> (token_ref IS NULL))
 );
 CREATE INDEX senders_waba ON wa_outbox.senders (waba_id);
+
+-- The sender of a message, decided in one place for every enqueue path (enqueue, enqueue_many, enqueue_checked,
+-- enqueue_campaign; the Python package and the HTTP API reach them): a phone number id is taken as given (one that
+-- is not registered sends with WHATSAPP_ACCESS_TOKEN, as before the registry); an alias stands for its sender's
+-- number, an unknown alias is refused; none given, the default (default_sender()).
+-- The sender a message that names none goes from: the one `db upgrade` recorded (WHATSAPP_PHONE_NUMBER_ID), else the
+-- only registered sender when there is exactly one, else NULL.
+CREATE FUNCTION wa_outbox.default_sender() RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT s.value FROM wa_outbox.settings s
+                     WHERE s.key = 'default_phone_number_id' AND s.value ~ '^[0-9]{1,32}$'),
+                    (SELECT min(r.phone_number_id) FROM wa_outbox.senders r HAVING count(*) = 1))
+$$;
+
+-- The rule: `given` (a phone number id, an alias, or NULL) -> {phone number id, NULL} or {NULL, why it is refused}.
+-- A pair rather than an exception, so a batch names the item it refuses (enqueue_many()).
+CREATE FUNCTION wa_outbox.sender_choice(given text) RETURNS text[] LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN given IS NULL THEN CASE
+            WHEN d.id IS NOT NULL THEN ARRAY[d.id, NULL]
+            WHEN EXISTS (SELECT FROM wa_outbox.senders)
+                THEN ARRAY[NULL, 'several senders are registered and no default is set: give phone_number_id or '
+                                 'an alias']
+            ELSE ARRAY[NULL, 'no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox'] END
+        WHEN given ~ '^[0-9]{1,32}$' THEN ARRAY[given, NULL]
+        WHEN given ~ '^[A-Za-z][A-Za-z0-9_.-]{0,63}$' THEN
+            coalesce((SELECT ARRAY[s.phone_number_id, NULL] FROM wa_outbox.senders s WHERE s.alias = given),
+                     ARRAY[NULL, format('no sender has the alias %s: give a registered alias or a phone_number_id',
+                                        given)])
+        ELSE ARRAY[NULL, '`phone_number_id` must be the numeric id of a business phone number'] END
+    FROM (SELECT CASE WHEN given IS NULL THEN wa_outbox.default_sender() END AS id) d
+$$;
+
+-- sender_choice() for one message: the phone number id, or invalid_parameter_value saying why not (a 400 from the
+-- API, a one-line error from the CLI).
+CREATE FUNCTION wa_outbox.resolve_sender(given text) RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_choice text[] := wa_outbox.sender_choice(given);
+BEGIN
+    IF v_choice[2] IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_choice[2] USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN v_choice[1];
+END $$;
 
 
 -- == Views for operations ===========================================================================================

@@ -49,6 +49,7 @@ log = logging.getLogger("wa_outbox.worker")
 
 NOTIFY_CHANNEL = "wa_outbox_notifications"
 EVENTS_CHANNEL = "wa_outbox_events"   # NOTIFYed by every statement that writes events: dispatch them now
+REGISTRY_CHANNEL = "wa_outbox_registry"  # every registry change (a sender's token among them): drop cached tokens
 MAINTENANCE_INTERVAL = 5.0
 INBOUND_IDLE_WAIT = 0.5
 READY_BACKOFF_BASE = 1.0   # seconds: first wait for a database that is away or not migrated at start
@@ -126,6 +127,11 @@ class Worker:
         self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
         self._recorder_done = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def require_credentials(self) -> None:
+        """ConfigError unless the worker has something to send with: WHATSAPP_ACCESS_TOKEN (with
+        WHATSAPP_PHONE_NUMBER_ID), or at least one registered sender."""
+        self.settings.require_worker(senders_registered=queries.registry_version(self.engine).senders > 0)
 
     def run(self) -> None:
         """Work until stop() is called; then drain within the shutdown grace and return."""
@@ -207,6 +213,8 @@ class Worker:
                                 application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    conn.execute(f"LISTEN {REGISTRY_CHANNEL}")
+                    self.sender.tokens.invalidate()  # a token may have changed while we were not listening
                     self.listening.set()
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
@@ -215,6 +223,9 @@ class Worker:
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
                             if notify.channel == EVENTS_CHANNEL:
                                 self.deliverer.on_events()
+                                continue
+                            if notify.channel == REGISTRY_CHANNEL:
+                                self.sender.tokens.invalidate()  # the next send reads its sender's token anew
                                 continue
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
                             self.sender.wake.set()

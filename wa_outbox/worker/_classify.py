@@ -45,9 +45,19 @@ class Decision:
 RETRYABLE = {1, 2, 131000, 131016, 133004}
 SENDER_THROTTLED = {4, 80007, 130429}
 SENDER_BROKEN = {0, 190, 368, 131031, 131042}
-PERMISSION = {3, 10, 131005} | set(range(200, 300))
+# The token lacks a permission (10, 200-299): every message from this sender would draw it, so the sender is paused
+# with an alert, not each message dead-lettered.
+TOKEN_PERMISSION = {10} | set(range(200, 300))
+PERMISSION = {3, 131005}
+# The account itself, not its token (blocked, locked, unpaid): a new token would not help.
+ACCOUNT_BROKEN = {368, 131031, 131042}
+# 100 with subcode 33 on a send: the phone number id "does not exist, cannot be loaded due to missing permissions":
+# the token has no access to this number (another number's or business's token). Meta's error-codes page lists 100
+# as a parameter error; the subcode says which (https://developers.facebook.com/docs/graph-api/guides/error-handling;
+# the answer as sent: https://github.com/sajuthankappan/whatsapp-cloud-api-rs/issues/3).
+NO_ACCESS_SUBCODE = 33
 PERMANENT = {131050, 131026, 131047, 131051, 100, 131008, 131009, 131021, 133010} | set(range(132000, 132017))
-ALERTING = SENDER_BROKEN | {133010}
+ALERTING = SENDER_BROKEN | TOKEN_PERMISSION | {133010}
 # Answers that say the campaign, not just this message, must stop until a human looks: the spam rate limit (131048)
 # and a template paused or disabled for its quality rating (132015, 132016).
 # https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes
@@ -79,6 +89,7 @@ def classify(result: SendResult) -> Decision:
     error = body.get("error") if isinstance(body.get("error"), dict) else None
     code = error.get("code") if error else None
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    subcode = (error or {}).get("error_subcode")
     message = (error or {}).get("message") or f"HTTP {status}"
     details = ((error or {}).get("error_data") or {}).get("details") if isinstance(
         (error or {}).get("error_data"), dict) else None
@@ -88,7 +99,7 @@ def classify(result: SendResult) -> Decision:
         return Decision(action, reason, code=code, wait_seconds=wait, alert=alert or code in ALERTING, error=error)
 
     if code is not None:
-        if code in SENDER_BROKEN:
+        if code in SENDER_BROKEN or code in TOKEN_PERMISSION or (code == 100 and subcode == NO_ACCESS_SUBCODE):
             return decided(Action.PAUSE_SENDER, BROKEN_SENDER_PAUSE_SECONDS, alert=True)
         if code in SENDER_THROTTLED:
             return decided(Action.THROTTLE_SENDER, result.retry_after or THROTTLE_PAUSE_SECONDS[code])
@@ -114,3 +125,11 @@ def classify(result: SendResult) -> Decision:
     if result.failure == "bad_response":
         return Decision(Action.UNKNOWN, f"unreadable answer (HTTP {status}): {result.failure_detail}")
     return decided(Action.DEAD)
+
+
+def may_be_the_token(result: SendResult, decision: Decision) -> bool:
+    """Whether a refusal may be the token's (expired, revoked, rotated, without access to the number): the worker
+    then reads the sender's token again and, if it changed since, sends again with the new one."""
+    if decision.action is not Action.PAUSE_SENDER and result.http_status != 401:
+        return False
+    return decision.code not in ACCOUNT_BROKEN

@@ -40,11 +40,20 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from .. import logs, queries
-from ..config import Settings, scrub
+from ..config import ConfigError, Settings, scrub
 from ..metrics import WorkerMetrics, send_outcome
 from ..retry import RetryPolicy, backoff_seconds
-from ._classify import CAMPAIGN_PAUSING, Action, Decision, SendResult, classify
+from ._classify import (
+    BROKEN_SENDER_PAUSE_SECONDS,
+    CAMPAIGN_PAUSING,
+    Action,
+    Decision,
+    SendResult,
+    classify,
+    may_be_the_token,
+)
 from ._outcomes import Claimed, outcome, released, request_body
+from ._tokens import Tokens
 from ._transport import Transport
 
 log = logging.getLogger("wa_outbox.worker")
@@ -138,8 +147,10 @@ def clock_offset(samples: list[tuple[float, float, float]], previous: float = 0.
 
 class Sender:
     def __init__(self, engine: sa.Engine, transport: Transport, settings: Settings, worker_id: str,
-                 policy: RetryPolicy, metrics: WorkerMetrics | None = None):
+                 policy: RetryPolicy, metrics: WorkerMetrics | None = None, tokens: Tokens | None = None):
         self.engine = engine
+        # Each sender's token, cached; dropped on NOTIFY wa_outbox_registry (the listener), else checked per claim.
+        self.tokens = tokens or Tokens(engine, settings, poll=not settings.listen)
         self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.transport = transport
         self.settings = settings
@@ -274,6 +285,7 @@ class Sender:
 
     def _claim(self, limit: int) -> list[Claimed]:
         started = time.monotonic()
+        self.tokens.before_claim()  # without the listener: has a token changed? (at most once a second)
         reserved = self._reserve_ahead(limit, self._reserve_for)
         rows = queries.claim_notifications(
             self.engine, limit=limit, worker_id=self.worker_id, lease_seconds=self.settings.lease_seconds,
@@ -371,14 +383,31 @@ class Sender:
             self.wake.set()
             return
         try:
-            result = self.transport.send(row.phone_number_id, request_body(row))
-            decision = classify(result)
-        except Exception as exc:  # a bug of ours mid-send: we cannot know what went out
-            log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
-            result, decision = SendResult(), Decision(Action.UNKNOWN, f"send crashed: {type(exc).__name__}: {exc}")
+            token = None if self.settings.dry_run else self.tokens.get(row.phone_number_id)
+        except ConfigError as exc:  # no token to send with (its --token-ref variable unset, no key): pause the sender
+            token, result = None, SendResult()
+            decision = Decision(Action.PAUSE_SENDER, f"no access token to send with: {exc}",
+                                wait_seconds=BROKEN_SENDER_PAUSE_SECONDS, alert=True)
+        except Exception as exc:  # noqa: BLE001 - the database is away: back to the queue, unsent
+            self._outcomes.put((row, None, released(row, f"its sender's token could not be read: {one_line(exc)}",
+                                                    1.0)))
+            with self._lock:
+                self._in_flight -= 1
+            self.wake.set()
+            return
         else:
-            self.metrics.observe_send(result.elapsed_ms / 1000)
-            self._send_seconds = moving_average(self._send_seconds, result.elapsed_ms / 1000)
+            try:
+                result = self.transport.send(row.phone_number_id, request_body(row), token)
+                decision = classify(result)
+                if may_be_the_token(result, decision):
+                    result, decision = self._with_new_token(row, token, result, decision)
+            except Exception as exc:  # a bug of ours mid-send: we cannot know what went out
+                log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
+                result, decision = SendResult(), Decision(Action.UNKNOWN,
+                                                          f"send crashed: {type(exc).__name__}: {exc}")
+            else:
+                self.metrics.observe_send(result.elapsed_ms / 1000)
+                self._send_seconds = moving_average(self._send_seconds, result.elapsed_ms / 1000)
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER):
             self._halt(row.phone_number_id, decision.wait_seconds or 1.0)  # at once; again once the pause is in
         if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
@@ -395,6 +424,24 @@ class Sender:
         with self._lock:
             self._in_flight -= 1
         self.wake.set()
+
+    def _with_new_token(self, row: Claimed, token: str | None, result: SendResult,
+                        decision: Decision) -> tuple[SendResult, Decision]:
+        """A send refused for what may be its token: read the sender's token again; if it changed since (a rotation),
+        send once more with the new one (the refusal sent nothing), else the refusal stands (the sender is paused).
+        Costs a query only after such a refusal."""
+        try:
+            fresh = self.tokens.refresh(row.phone_number_id)
+        except Exception as exc:  # noqa: BLE001 - the database is away: the refusal stands
+            log.warning("could not read sender %s's token again: %s", row.phone_number_id, one_line(exc))
+            return result, decision
+        if fresh is None or fresh == token:
+            return result, decision
+        log.info("sender %s's token changed since this worker read it: message %s sent again with the new one",
+                 row.phone_number_id, row.id, extra={"notification_id": row.id, "phone_number_id": row.phone_number_id,
+                                                     "correlation_id": row.correlation_id})
+        result = self.transport.send(row.phone_number_id, request_body(row), fresh)
+        return result, classify(result)
 
     # --- recorder (runs on its own thread) -----------------------------------------------------------------------
 
@@ -467,6 +514,8 @@ class Sender:
                              reason=decision.reason, default_mps=self.settings.rate_limit_mps)
         # Claims started before the pause was committed may have reserved slots for this sender meanwhile.
         self._halt(row.phone_number_id, decision.wait_seconds or 1.0)
+        if decision.alert and decision.action is Action.PAUSE_SENDER:  # which sender needs a human
+            self.metrics.count("wa_outbox_sender_alerts_total", phone_number_id=row.phone_number_id)
         (log.error if decision.alert else log.warning)(
             "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,

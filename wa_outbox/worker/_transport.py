@@ -22,12 +22,15 @@ from ._classify import SendResult
 
 
 class Transport(Protocol):
-    def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult: ...
+    def send(self, phone_number_id: str, body: dict[str, Any], token: str | None = None) -> SendResult: ...
 
     def close(self) -> None: ...
 
 
 class GraphTransport:
+    """Every request carries its sender's token (`token`, in its own Authorization header) over one pooled session;
+    `access_token`, the session's header, is for a caller that names none."""
+
     def __init__(self, base_url: str, access_token: str, *, pool_size: int, connect_timeout: float = 5.0,
                  read_timeout: float = 15.0):
         self.base_url = base_url.rstrip("/")
@@ -49,12 +52,13 @@ class GraphTransport:
         if ca_bundle:
             self.session.verify = ca_bundle
 
-    def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult:
+    def send(self, phone_number_id: str, body: dict[str, Any], token: str | None = None) -> SendResult:
         started = time.perf_counter()
         data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else None
         try:
             response = self.session.post(f"{self.base_url}/{phone_number_id}/messages", data=data,
-                                         timeout=self.timeout)
+                                         headers=headers, timeout=self.timeout)
         except requests.exceptions.ConnectTimeout as exc:
             return _failed("connect", exc, started)
         except requests.exceptions.ReadTimeout as exc:
@@ -82,7 +86,7 @@ class GraphTransport:
 class DryRunTransport:
     """Accepts everything without a network call: the queue machinery alone (staging, benchmarks)."""
 
-    def send(self, phone_number_id: str, body: dict[str, Any]) -> SendResult:
+    def send(self, phone_number_id: str, body: dict[str, Any], token: str | None = None) -> SendResult:
         wamid = f"wamid.dryrun.{body.get('biz_opaque_callback_data')}"
         return SendResult(http_status=200, body={"messages": [{"id": wamid}]})
 
