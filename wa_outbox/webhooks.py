@@ -28,6 +28,7 @@ import json
 import math
 import re
 import threading
+from collections.abc import Sequence
 from json.decoder import scanstring  # type: ignore[attr-defined]  # undocumented, so typeshed leaves it out
 from typing import Any, NamedTuple
 
@@ -85,6 +86,24 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> No
     provided = header.strip().lower()
     if not provided.isascii() or not hmac.compare_digest(expected, provided):
         raise SignatureError(f"{SIGNATURE_HEADER} does not match the body", 403)
+
+
+def verifying_apps(candidates: Sequence[tuple[str | None, bytes]], body: bytes,
+                   header: str | None) -> list[str | None]:
+    """The apps (None: WHATSAPP_APP_SECRET) among `candidates` — (app id, secret as UTF-8 bytes) pairs — whose secret
+    signed `body` as `header` says. Every candidate is computed and compared, in constant time, whichever matches:
+    how long this takes says how many secrets there are, never which one matched. Raises SignatureError."""
+    if not header:
+        raise SignatureError(f"missing {SIGNATURE_HEADER} header", 401)
+    provided = header.strip().lower()
+    if not provided.isascii():  # compare_digest wants ASCII str; a non-ASCII header cannot match anyway
+        provided = ""
+    matches = [hmac.compare_digest("sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest(), provided)
+               for _, key in candidates]
+    found = [app_id for (app_id, _), matched in zip(candidates, matches, strict=True) if matched]
+    if not found:
+        raise SignatureError(f"{SIGNATURE_HEADER} does not match the body", 403)
+    return found
 
 
 def events_of_body(body: bytes) -> list[WebhookEvent]:

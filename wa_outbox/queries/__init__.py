@@ -75,6 +75,7 @@ from .ops import (
     QueueDepth,
     SearchHit,
     SenderRow,
+    UnregisteredRow,
     WorkerRow,
     ops_campaigns,
     ops_dead_group_ids,
@@ -86,6 +87,7 @@ from .ops import (
     ops_session_close,
     ops_session_open,
     ops_throughput,
+    ops_unregistered,
     ops_workers,
 )
 from .registry import (
@@ -141,6 +143,7 @@ from .workers import (
 __all__ = [
     "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
     "registry_business_accounts", "registry_senders", "sender_token",
+    "UnregisteredRow", "ops_unregistered",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",
