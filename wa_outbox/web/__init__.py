@@ -19,7 +19,7 @@ from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
 
 from .. import logs, metrics, queries
-from ..config import DEFAULT_WEB_POOL_SIZE, Settings
+from ..config import DEFAULT_WEB_POOL_SIZE, ConfigError, Settings
 from ..db import create_engine
 from ..registry_watch import RegistryWatch
 from ..webhook_store import WebhookStore
@@ -45,7 +45,12 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         prepared_statements=settings.db_prepared_statements,
     )
     # The registry in memory, kept up to date by a thread of this process: what webhooks are verified and routed by.
-    app.extensions["wa_outbox.registry"] = RegistryWatch(app.extensions["wa_outbox.engine"], settings).start()
+    try:
+        app.extensions["wa_outbox.registry"] = RegistryWatch(app.extensions["wa_outbox.engine"], settings).start()
+    except ConfigError:
+        if engine is None:  # the pool made here goes with the app that will not be
+            app.extensions["wa_outbox.engine"].dispose()
+        raise
     app.extensions["wa_outbox.webhook_store"] = WebhookStore(app.extensions["wa_outbox.engine"])
 
     @app.before_request
