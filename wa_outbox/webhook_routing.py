@@ -51,8 +51,7 @@ class Routes:
 
     def verify(self, body: bytes, header: str | None, now: float) -> list[str | None]:
         """The apps whose active secrets signed `body`: SignatureError when none did."""
-        live = [(c.app_id, c.key) for c in self.candidates if c.expires_at is None or c.expires_at > now]
-        return verifying_apps(live, body, header)
+        return verifying_apps(self.candidates, body, header, now)
 
 
 def routes_of(registry: Registry) -> Routes:

@@ -62,9 +62,9 @@ def test_each_app_verifies_its_own_bodies_and_every_candidate_is_compared():
         routes.verify(raw, None, NOW.timestamp())
     assert missing.value.status == 401
     # two candidates holding the same secret: both are named, whichever comes first
-    assert verifying_apps([(None, b"same"), ("111", b"same")], raw, sign("same", raw)) == [None, "111"]
+    assert verifying_apps([(None, b"same", None), ("111", b"same", None)], raw, sign("same", raw), 0) == [None, "111"]
     with pytest.raises(SignatureError):
-        verifying_apps([("111", b"x")], raw, "sha256=" + "é" * 64)  # non-ASCII cannot match
+        verifying_apps([("111", b"x", None)], raw, "sha256=" + "é" * 64, 0)  # non-ASCII cannot match
 
 
 def test_a_rotated_out_secret_verifies_until_its_overlap_ends():
