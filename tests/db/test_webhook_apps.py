@@ -161,6 +161,20 @@ def test_an_app_registered_while_the_web_runs_verifies_without_a_restart(web, cl
     assert stored(db) == [("messages", WABA_C, NUMBER_C, APP_C, False)]
 
 
+def test_without_listen_the_registry_is_polled(settings, two_apps, db):
+    """WA_OUTBOX_LISTEN=false (PgBouncer in transaction mode): no LISTEN, a reload every WA_OUTBOX_POLL_INTERVAL."""
+    app = app_for(settings, listen=False, poll_interval=0.2)
+    try:
+        assert not app.extensions["wa_outbox.registry"].listening.is_set()
+        body = message(WABA_C, NUMBER_C, "wamid.P1")
+        register_app(db, APP_C, SECRET_C)
+        register_sender(db, APP_C, WABA_C, NUMBER_C)
+        wait_for(lambda: post_webhook(app.test_client(), body, secret=SECRET_C).status_code == 200,
+                 what="app C to verify")
+    finally:
+        close(app)
+
+
 def test_an_unregistered_number_is_stored_acknowledged_counted_and_shown(web, client, db):
     before = counted("wa_outbox_webhook_unregistered_total", kind="number")
     r = post_webhook(client, message(WABA_A, "5009009", "wamid.U1"), secret=SECRET_A)
