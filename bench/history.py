@@ -322,9 +322,11 @@ OPS_QUERIES: dict[str, dict[str, Any]] = {
     "ops_queue_depth": {"cap": 10_000},
     "ops_throughput": {},
     "ops_workers": {},
-    "ops_senders": {},
+    "ops_senders": {"environment_sender": "100000000000001", "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
+                    "environment_token_fingerprint": None},
     "ops_dead_groups": {"groups": 50, "samples": 5},
     "ops_campaigns": {"limit": 20},
+    "ops_endpoints": {"limit": 50, "attempts": 5, "cap": 10_000},
     "ops_dead_group_ids": {"code": "131026", "up_to_id": 9223372036854775807, "before_id": None, "limit": 500},
     "ops_session_check": {"id": bytes(32)},  # every /ops request runs it (here a session that is not there)
     "ops_unregistered": {"limit": 20},

@@ -302,6 +302,7 @@ class Settings:
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
     # Fernet keys (comma-separated, the first encrypts) for the secrets stored in Postgres (secret_box.py)
     secret_keys: tuple[str, ...] = field(default=(), repr=False)
+    endpoints_allow_private: bool = False  # endpoints may be plain http and private/loopback addresses (development)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -376,6 +377,7 @@ class Settings:
             secret_keys=_parse(env, "WA_OUTBOX_SECRET_KEY", (), _fernet_keys,
                                "Fernet keys, comma-separated (the first encrypts): `wa-outbox secrets generate-key`",
                                shown=_secret),
+            endpoints_allow_private=_parse(env, "WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE", False, _bool, "true or false"),
         )
 
     def retry_policy(self) -> RetryPolicy:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from . import outbox, queries
+from . import accounts, outbox, queries
+from .config import Settings
 from .messages import InvalidMessage, normalize_recipient
 from .queries import WORKER_ALIVE_SECONDS  # noqa: F401 - the page's rule for `alive` (queries.WorkerRow.alive)
 
@@ -35,8 +36,10 @@ def workers(engine: sa.Engine) -> list[queries.WorkerRow]:
     return queries.ops_workers(engine)
 
 
-def senders(engine: sa.Engine) -> list[queries.SenderRow]:
-    return queries.ops_senders(engine)
+def senders(engine: sa.Engine, settings: Settings) -> list[queries.SenderRow]:
+    """Every sender: registered ones with their account and token source, the environment's, and any other number
+    with a rate or a pause."""
+    return queries.ops_senders(engine, **accounts.environment_sender(settings))
 
 
 def unregistered(engine: sa.Engine, *, limit: int = 20) -> list[queries.UnregisteredRow]:
@@ -50,6 +53,11 @@ def dead_groups(engine: sa.Engine, *, groups: int = 50, samples: int = 5) -> lis
 
 def campaigns(engine: sa.Engine, *, limit: int = 20) -> list[queries.CampaignOnPage]:
     return queries.ops_campaigns(engine, limit=limit)
+
+
+def endpoints(engine: sa.Engine, *, limit: int = 50, attempts: int = 5) -> list[queries.EndpointOnPage]:
+    """The endpoints with their latest attempts (status, latency); disabled ones get the page's banner."""
+    return queries.ops_endpoints(engine, limit=limit, attempts=attempts, cap=DEPTH_CAP)
 
 
 @dataclass(frozen=True)

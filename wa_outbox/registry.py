@@ -25,6 +25,10 @@ from . import queries
 from .config import ConfigError, Settings
 from .secret_box import SecretBox, SecretKeyMissing
 
+# The channel every change of the registry notifies at commit (accounts.py, accounts_notify.sql; no payload): the web
+# and the workers LISTEN on it (or poll) and call load() again.
+CHANNEL = "wa_outbox_registry"
+
 
 class UnknownSender(ValueError):
     """A message names a sender (phone number id or alias) the registry does not hold, or names none when there is

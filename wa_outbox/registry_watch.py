@@ -29,7 +29,7 @@ from .webhook_routing import Routes, routes_of
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "wa_outbox_registry"
+CHANNEL = registry.CHANNEL
 REFRESH_SECONDS = 60.0  # a reload at least this often, notification or not
 _FAILURE_BACKOFF_CAP = 30.0
 

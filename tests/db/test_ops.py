@@ -430,7 +430,8 @@ _PAGE_QUERIES = {
                                           "webhook_events_due", "webhook_events_leased", "webhook_events_dead"}),
     "ops_throughput": ({}, {"notification_events_created_at"}),
     "ops_workers": ({}, {"workers_pkey"}),
-    "ops_senders": ({}, {"rate_limits_pkey"}),
+    "ops_senders": ({"environment_sender": SENDER, "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
+                     "environment_token_fingerprint": None}, {"rate_limits_pkey", "senders_pkey"}),
     "ops_dead_groups": ({"groups": 50, "samples": 5},
                         [{"notifications_dead_code"}, {"notifications_dead_or_failed"}]),
     # Either partial index of the dead letters serves it (by code then id, or by id filtering on the code): the
@@ -507,3 +508,31 @@ def test_bars_and_line_scale_to_the_largest_value():
     assert [b.height for b in ops.bars([0, 0], ["a", "b"])] == [0, 0]
     assert ops.line_points([0, 10], width=10, height=10) == "0.0,10.0 10.0,0.0"
     assert ops.line_points([]) == "" and ops.bars([], []) == []
+
+
+# --- the senders table: the registry (issue 19) ----------------------------------------------------------------------
+
+def test_the_senders_table_shows_each_senders_account_token_source_pacing_and_pause(logged_in, db, settings):
+    """Registered senders with alias, WABA, app, portfolio and token source (encrypted: its fingerprint; a
+    reference: the variable's name), the environment's sender marked as such, an unregistered number with a pause;
+    never a token."""
+    from wa_outbox.secret_box import SecretBox, fingerprint, generate_key
+    token = "EAAGops-page-token-0001"
+    db.execute("INSERT INTO wa_outbox.meta_apps (app_id) VALUES ('111')")
+    db.execute("INSERT INTO wa_outbox.business_accounts (waba_id, app_id, portfolio_id) VALUES ('901', '111', '77')")
+    db.execute("INSERT INTO wa_outbox.senders (phone_number_id, waba_id, alias, token_enc, token_fingerprint) "
+               "VALUES ('5001', '901', 'brand-a', %s, %s)", (SecretBox([generate_key()]).encrypt(token),
+                                                             fingerprint(token)))
+    db.execute("INSERT INTO wa_outbox.senders (phone_number_id, waba_id, token_ref, token_fingerprint) "
+               "VALUES ('5002', '901', 'TOKEN_OF_5002', NULL)")
+    db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, tokens) VALUES ('5001', 20, 20)")
+    db.execute("INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, tokens, paused_until, pause_reason) "
+               "VALUES ('7777', 80, 0, now() + interval '1 hour', 'auth: 190 token expired')")
+    html = logged_in.get("/ops").get_data(as_text=True)
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-sender="(\d+)">(.*?)</tr>', html, re.S)}
+    assert list(rows) == [SENDER, "5001", "5002", "7777"]  # the environment's first
+    assert "environment (WHATSAPP_PHONE_NUMBER_ID)" in rows[SENDER] and "env:WHATSAPP_ACCESS_TOKEN" in rows[SENDER]
+    assert all(cell in rows["5001"] for cell in ("brand-a", "901", "111", "77", fingerprint(token), ">20<"))
+    assert "env:TOKEN_OF_5002" in rows["5002"] and ">default<" in rows["5002"]
+    assert "not registered" in rows["7777"] and "auth: 190 token expired" in rows["7777"] and "Resume" in rows["7777"]
+    assert token not in html and settings.access_token not in html

@@ -17,7 +17,7 @@ from .. import (
     __version__,
     logs,  # noqa: F401 - cli.logs: tests silence cli.logs.configure
 )
-from . import campaigns, db, dlq, events, messages, processes, prune, ratelimit
+from . import apps, campaigns, db, dlq, endpoints, events, messages, processes, prune, ratelimit, secrets, senders
 from ._errors import CliError, _Main, describe_database_error
 from ._output import _tsv  # noqa: F401 - the names wa_outbox.cli had before it became a package
 from .prune import _PruneProgress  # noqa: F401
@@ -33,5 +33,5 @@ def main() -> None:
 
 for _command in (db.db, processes.web, processes.worker, processes.dev, processes.simulator, messages.send,
                  messages.status, messages.cancel, dlq.dlq, ratelimit.ratelimit, prune.prune, campaigns.campaign,
-                 events.events):
+                 events.events, endpoints.endpoints, apps.apps, senders.senders, secrets.secrets):
     main.add_command(_command)

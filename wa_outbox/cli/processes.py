@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
@@ -89,6 +90,13 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
     # One readable line per event, prefixed per process (the children write to a pipe: tell them it is for people).
     os.environ.setdefault("LOG_FORMAT", "console")
     os.environ["PYTHONUNBUFFERED"] = "1"
+    # Endpoints work out of the box: a receiver on this machine (`events listen`) may be one, and their secrets are
+    # stored under a development key made once and kept in the data dir (never printed).
+    os.environ.setdefault("WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE", "true")
+    key_file = None
+    if not os.environ.get("WA_OUTBOX_SECRET_KEY", "").strip():
+        key_file = dev_secret_key_file(os.environ.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox")
+        os.environ["WA_OUTBOX_SECRET_KEY"] = key_file.read_text(encoding="ascii").strip()
     simulate = "WHATSAPP_API_BASE_URL" not in os.environ
     sim_url = f"http://127.0.0.1:{simulator_port}"
     if simulate:
@@ -124,9 +132,33 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                    f"'[{{\"mode\": \"error\", \"code\": 131026, \"match\": {{\"to\": \"5511900000003\"}}}}, "
                    f"{{\"mode\": \"error\", \"code\": 131000, \"rate\": 0.3}}, "
                    f"{{\"mode\": \"lost_response\", \"rate\": 0.2}}]'")
+    key = f"$(cat {key_file})" if key_file else "<your WA_OUTBOX_SECRET_KEY>"
+    click.echo("wa-outbox dev: hear the events — in another terminal, a receiver that registers itself and prints "
+               "each verified delivery:")
+    click.echo(f"  WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE=true WA_OUTBOX_SECRET_KEY={key} "
+               f"wa-outbox events listen --port {port + 100}")
     click.echo("wa-outbox dev: Ctrl-C stops everything")
     sys.stdout.flush()
     sys.exit(_run_children(children, grace=5.0, stop_signal=signal.SIGINT, prefixed=True))
+
+
+DEV_SECRET_KEY_FILE = "dev-secret-key"
+
+
+def dev_secret_key_file(data_dir: str) -> Path:
+    """`<data_dir>/dev-secret-key`: a Fernet key for WA_OUTBOX_SECRET_KEY under `wa-outbox dev`, made on first use
+    (readable by its owner only) and the same every run after, so the secrets stored under it stay readable."""
+    from ..secret_box import generate_key
+    path = Path(data_dir) / DEV_SECRET_KEY_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another `dev` made it meanwhile: use that one
+            return path
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(generate_key() + "\n")
+    return path
 
 
 def _gunicorn_command() -> list[str]:

@@ -14,6 +14,34 @@ is encoded again.
 from __future__ import annotations
 
 from ._run import WORKER_ALIVE_SECONDS
+from .accounts import (
+    AccountApp,
+    AccountSender,
+    AppDeleted,
+    BusinessAccountWritten,
+    LockedApp,
+    SecretRotated,
+    SecretsRewritten,
+    SenderWritten,
+    StoredSecret,
+    accounts_alias_holder,
+    accounts_app_delete,
+    accounts_app_insert,
+    accounts_app_lock,
+    accounts_app_secret_insert,
+    accounts_app_secret_rotate,
+    accounts_apps,
+    accounts_business_account_drop_if_empty,
+    accounts_business_account_upsert,
+    accounts_notify,
+    accounts_sender_delete,
+    accounts_sender_set_token,
+    accounts_sender_upsert,
+    accounts_senders,
+    secrets_rewrite,
+    secrets_rotate_lock,
+    secrets_stored,
+)
 from .campaigns import (
     CampaignChunk,
     CampaignRow,
@@ -28,6 +56,24 @@ from .console import (
     console_begin,
     console_volatile_calls,
     support_role_state,
+)
+from .endpoints import (
+    DeliveryRow,
+    EndpointOnPage,
+    EndpointRow,
+    EndpointSecret,
+    EndpointSecretRotated,
+    EndpointStateSet,
+    Replayed,
+    add_endpoint,
+    endpoint_deliveries,
+    endpoint_secret_by_url,
+    list_endpoints,
+    ops_endpoints,
+    remove_endpoint,
+    replay_endpoint,
+    rotate_endpoint_secret,
+    set_endpoint_state,
 )
 from .inbound import (
     StatusApplied,
@@ -141,6 +187,13 @@ from .workers import (
 )
 
 __all__ = [
+    "EndpointSecretRotated",
+    "AccountApp", "AccountSender", "AppDeleted", "BusinessAccountWritten", "LockedApp", "SecretRotated",
+    "SecretsRewritten", "SenderWritten", "StoredSecret", "accounts_alias_holder", "accounts_app_delete",
+    "accounts_app_insert", "accounts_app_lock", "accounts_app_secret_insert", "accounts_app_secret_rotate",
+    "accounts_apps", "accounts_business_account_drop_if_empty", "accounts_business_account_upsert", "accounts_notify",
+    "accounts_sender_delete", "accounts_sender_set_token", "accounts_sender_upsert", "accounts_senders",
+    "secrets_rewrite", "secrets_rotate_lock", "secrets_stored",
     "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
     "registry_business_accounts", "registry_senders", "sender_token",
     "UnregisteredRow", "ops_unregistered",
@@ -242,4 +295,19 @@ __all__ = [
     "tables_never_analyzed",
     "worker_gone",
     "worker_metrics_totals",
+    "DeliveryRow",
+    "EndpointOnPage",
+    "EndpointRow",
+    "EndpointSecret",
+    "EndpointStateSet",
+    "Replayed",
+    "add_endpoint",
+    "endpoint_deliveries",
+    "endpoint_secret_by_url",
+    "list_endpoints",
+    "ops_endpoints",
+    "remove_endpoint",
+    "replay_endpoint",
+    "rotate_endpoint_secret",
+    "set_endpoint_state",
 ]

@@ -64,19 +64,31 @@ def ops_workers(engine: sa.Engine) -> list[WorkerRow]:
 @dataclass(frozen=True, slots=True)
 class SenderRow:
     phone_number_id: str
-    mps: float
+    mps: float | None            # None (with burst, refill, capacity, tokens): no rate set, the workers' default
     burst: float | None
-    refill: float
-    capacity: float
+    refill: float | None
+    capacity: float | None
     tokens: float | None
     paused: bool
     paused_until: datetime | None
     pause_reason: str | None
-    updated_at: datetime
+    updated_at: datetime | None
+    # The registry (accounts.py): never a token, only where it comes from and its fingerprint.
+    alias: str | None
+    waba_id: str | None
+    app_id: str | None
+    portfolio_id: str | None
+    token_source: str | None     # 'encrypted', 'env:<VARIABLE>'; None: no token known
+    token_fingerprint: str | None
+    from_environment: bool       # WHATSAPP_PHONE_NUMBER_ID, not registered
+    registered: bool
 
 
-def ops_senders(engine: sa.Engine) -> list[SenderRow]:
-    return _rows(engine, "ops_senders", SenderRow)
+def ops_senders(engine: sa.Engine, *, environment_sender: str | None, environment_token_source: str | None,
+                environment_token_fingerprint: str | None) -> list[SenderRow]:
+    return _rows(engine, "ops_senders", SenderRow, {
+        "environment_sender": environment_sender, "environment_token_source": environment_token_source,
+        "environment_token_fingerprint": environment_token_fingerprint})
 
 
 @dataclass(frozen=True, slots=True)

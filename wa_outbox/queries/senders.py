@@ -41,12 +41,18 @@ class RateLimitSet:
     paused_until: datetime | None
 
 
-def ratelimit_set(engine: sa.Engine, *, phone_number_id: str, mps: float, burst: float | None,
-                  resume: bool) -> RateLimitSet:
+def ratelimit_set(source: sa.Engine | psycopg.Connection[Any], *, phone_number_id: str, mps: float,
+                  burst: float | None, resume: bool) -> RateLimitSet:
     """Set a sender's rate. `burst` None: the default pacing, never more than `mps` in any one-second window; a
-    number: a classic token bucket of that size (a one-second window may then hold up to burst + mps)."""
-    return _one(engine, "ratelimit_set", RateLimitSet,
-                {"phone_number_id": phone_number_id, "mps": mps, "burst": burst, "resume": resume})
+    number: a classic token bucket of that size (a one-second window may then hold up to burst + mps). `source`: the
+    pool (`ratelimit set`), or the connection of a transaction (`senders add --mps`, accounts.py)."""
+    params = {"phone_number_id": phone_number_id, "mps": mps, "burst": burst, "resume": resume}
+    if isinstance(source, sa.Engine):
+        return _one(source, "ratelimit_set", RateLimitSet, params)
+    with source.cursor(row_factory=class_row(RateLimitSet)) as cursor:
+        found = cursor.execute(db.query("ratelimit_set"), params).fetchone()
+    assert found is not None  # an upsert returns its row
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,34 @@
--- The ops page: each sender's shared rate, the bucket it makes (bucket_shape: refill rate and capacity; burst NULL
--- is the default pacing), the tokens it holds now (refilled up to this moment, as reserve_slots() would; 0 while
--- claims have reserved send slots ahead, which takes tokens before their time), and its pause with the reason.
+-- The ops page: every sender, registered (its alias, business account, app, portfolio, token source: 'encrypted' or
+-- 'env:' and the variable's name, never the token, and its fingerprint) or not (a phone number id that has a rate
+-- or a pause), and the environment's (WHATSAPP_PHONE_NUMBER_ID: environment_sender) unless registered; each with its
+-- shared rate, the bucket it makes (bucket_shape: refill rate and capacity; burst NULL is the default pacing; mps
+-- NULL: no rate set, the workers' default), the tokens it holds now (refilled up to this moment, as reserve_slots()
+-- would; 0 while claims have reserved send slots ahead, which takes tokens before their time), and its pause with
+-- the reason.
 -- Safe to repeat: a read.
-SELECT r.phone_number_id, r.mps, r.burst, s.refill, s.capacity,
-       greatest(0, CASE WHEN r.paused_until > now() THEN r.tokens
-                        ELSE least(s.capacity,
-                                   r.tokens + extract(epoch FROM clock_timestamp() - r.refilled_at) * s.refill)
-                   END) AS tokens,
-       r.paused_until > now() AS paused, r.paused_until, r.pause_reason, r.updated_at
-FROM wa_outbox.rate_limits r, LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s
-ORDER BY r.phone_number_id
+WITH known AS (
+    SELECT s.phone_number_id, s.alias, s.waba_id, b.app_id, b.portfolio_id,
+           CASE WHEN s.token_ref IS NOT NULL THEN 'env:' || s.token_ref ELSE 'encrypted' END AS token_source,
+           s.token_fingerprint, false AS from_environment
+    FROM wa_outbox.senders s
+    JOIN wa_outbox.business_accounts b ON b.waba_id = s.waba_id
+    UNION ALL
+    SELECT e.id, NULL, NULL, NULL, NULL, %(environment_token_source)s::text, %(environment_token_fingerprint)s::text,
+           true
+    FROM (SELECT %(environment_sender)s::text AS id) e
+    WHERE e.id IS NOT NULL AND NOT EXISTS (SELECT FROM wa_outbox.senders s WHERE s.phone_number_id = e.id)
+)
+SELECT coalesce(k.phone_number_id, r.phone_number_id) AS phone_number_id, k.alias, k.waba_id, k.app_id,
+       k.portfolio_id, k.token_source, k.token_fingerprint, coalesce(k.from_environment, false) AS from_environment,
+       coalesce(NOT k.from_environment, false) AS registered,
+       r.mps, r.burst, sh.refill, sh.capacity,
+       CASE WHEN r.phone_number_id IS NOT NULL THEN
+           greatest(0, CASE WHEN r.paused_until > now() THEN r.tokens
+                            ELSE least(sh.capacity,
+                                       r.tokens + extract(epoch FROM clock_timestamp() - r.refilled_at) * sh.refill)
+                       END) END AS tokens,
+       coalesce(r.paused_until > now(), false) AS paused, r.paused_until, r.pause_reason, r.updated_at
+FROM known k
+FULL JOIN wa_outbox.rate_limits r ON r.phone_number_id = k.phone_number_id
+LEFT JOIN LATERAL wa_outbox.bucket_shape(r.mps, r.burst) sh ON r.phone_number_id IS NOT NULL
+ORDER BY 8 DESC, 1

@@ -23,7 +23,17 @@ from ..config import DEFAULT_WEB_POOL_SIZE, ConfigError, Settings
 from ..db import create_engine
 from ..registry_watch import RegistryWatch
 from ..webhook_store import WebhookStore
-from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
+from . import (
+    account_views,
+    api_views,
+    campaign_views,
+    endpoint_views,
+    errors,
+    health_views,
+    openapi_views,
+    ops_views,
+    webhook_views,
+)
 from .app_state import engine_of, settings_of
 
 
@@ -77,6 +87,8 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(openapi_views.blueprint)
     ops_views.install(app)
     app.register_blueprint(campaign_views.blueprint)
+    app.register_blueprint(endpoint_views.blueprint)
+    app.register_blueprint(account_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
     # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method

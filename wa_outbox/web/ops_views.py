@@ -10,6 +10,7 @@ GET  /ops/messages/<id>               one message and its whole timeline
 POST /ops/messages/<id>/retry|purge   one dead message
 POST /ops/dead/retry|purge            a dead-letter group (code, up to the newest id shown)
 POST /ops/senders/resume              lift a sender's pause
+POST /ops/endpoints/replay|enable     replay an endpoint's events (failed ones, or since a time); enable it again
 
 Every POST but the login needs the session, and every POST (the login too) the CSRF token of the session in its form.
 The cookie is Flask's signed session, its key derived from the app secret (session_key); it carries the session's
@@ -44,7 +45,7 @@ from flask import (
 )
 from flask.sessions import SecureCookieSessionInterface
 
-from .. import campaigns, ops, outbox, queries
+from .. import campaigns, endpoints, ops, outbox, queries
 from ..config import Settings
 from . import auth_throttle, ops_sessions
 from .app_state import engine_of, settings_of
@@ -260,8 +261,9 @@ def index():
     return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest,
                  charts=charts,
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
-                 workers=ops.workers(engine), senders=ops.senders(engine), dead_groups=ops.dead_groups(engine),
-                 campaigns=ops.campaigns(engine), unregistered=ops.unregistered(engine))
+                 workers=ops.workers(engine), senders=ops.senders(engine, settings_of(current_app)),
+                 dead_groups=ops.dead_groups(engine), campaigns=ops.campaigns(engine),
+                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES, unregistered=ops.unregistered(engine))
 
 
 def _search(q: str):
@@ -353,6 +355,47 @@ def steer_campaign(action: str):
         flash(str(exc), "error")
         return redirect(_next_location())
     flash(f"Campaign {name}: {result.previous_status} → {result.status} ({result.moved} message(s)).")
+    return redirect(_next_location())
+
+
+# The replay form's choices: its value is what endpoints.replay takes as `since` ("failed": failed_only).
+REPLAY_CHOICES = {"failed": "failed deliveries", "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days"}
+
+
+def _endpoint_form() -> str:
+    endpoint_id = request.form.get("endpoint_id", "")
+    if not endpoints.is_endpoint_id(endpoint_id):
+        abort(400, "endpoint_id must be an endpoint's id")
+    return endpoint_id
+
+
+@blueprint.post("/endpoints/replay")
+def replay_endpoint():
+    """Replay an endpoint's failed deliveries or its events since a time, as `wa-outbox endpoints replay` does."""
+    endpoint_id = _endpoint_form()
+    choice = request.form.get("what", "")
+    if choice not in REPLAY_CHOICES:
+        abort(400, f"what must be one of {', '.join(REPLAY_CHOICES)}")
+    try:
+        result = endpoints.replay(_engine(), endpoint_id, since=None if choice == "failed" else choice,
+                                  failed_only=choice == "failed")
+    except endpoints.EndpointError as exc:
+        flash(str(exc), "error")
+        return redirect(_next_location())
+    flash(f"Endpoint {endpoint_id}: {result.requeued + result.inserted} deliveries queued "
+          f"({REPLAY_CHOICES[choice]}).")
+    return redirect(_next_location())
+
+
+@blueprint.post("/endpoints/enable")
+def enable_endpoint():
+    endpoint_id = _endpoint_form()
+    try:
+        result = endpoints.enable(_engine(), endpoint_id)
+    except endpoints.EndpointError as exc:
+        flash(str(exc), "error")
+        return redirect(_next_location())
+    flash(f"Endpoint {endpoint_id}: {result.previous_state} → {result.state}.")
     return redirect(_next_location())
 
 
