@@ -161,6 +161,25 @@ def test_an_app_registered_while_the_web_runs_verifies_without_a_restart(web, cl
     assert stored(db) == [("messages", WABA_C, NUMBER_C, APP_C, False)]
 
 
+def test_apps_registered_and_rotated_by_the_cli_verify_at_once(web, client, run, db, monkeypatch):
+    """`wa-outbox apps add` / `senders add` / `apps rotate-secret --overlap 0` (accounts.py) while the web runs."""
+    monkeypatch.setenv("WA_OUTBOX_SECRET_KEY", KEY)
+    monkeypatch.setenv("SECRET_OF_C", SECRET_C)
+    monkeypatch.setenv("NEW_SECRET_OF_C", "new-secret-of-app-c")
+    monkeypatch.setenv("TOKEN_OF_C", "EAAG-token-of-c")
+    for args in (("apps", "add", APP_C, "--secret-env", "SECRET_OF_C"),
+                 ("senders", "add", NUMBER_C, "--waba", WABA_C, "--app", APP_C, "--token-env", "TOKEN_OF_C")):
+        assert run(*args).exit_code == 0
+    wait_for(lambda: post_webhook(client, message(WABA_C, NUMBER_C, "wamid.CLI1"), secret=SECRET_C).status_code
+             == 200, what="the CLI's app to verify")
+    result = run("apps", "rotate-secret", APP_C, "--secret-env", "NEW_SECRET_OF_C", "--overlap", "0")
+    assert result.exit_code == 0, result.output
+    wait_for(lambda: post_webhook(client, message(WABA_C, NUMBER_C, "wamid.CLI2"), secret="new-secret-of-app-c"
+                                  ).status_code == 200, what="the rotated secret to verify")
+    wait_for(lambda: post_webhook(client, message(WABA_C, NUMBER_C, "wamid.CLI3"), secret=SECRET_C).status_code
+             == 403, what="the previous secret to stop (no overlap)")
+
+
 def test_without_listen_the_registry_is_polled(settings, two_apps, db):
     """WA_OUTBOX_LISTEN=false (PgBouncer in transaction mode): no LISTEN, a reload every WA_OUTBOX_POLL_INTERVAL."""
     app = app_for(settings, listen=False, poll_interval=0.2)
