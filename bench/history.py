@@ -329,6 +329,7 @@ OPS_QUERIES: dict[str, dict[str, Any]] = {
     "ops_endpoints": {"limit": 50, "attempts": 5, "cap": 10_000},
     "ops_dead_group_ids": {"code": "131026", "up_to_id": 9223372036854775807, "before_id": None, "limit": 500},
     "ops_session_check": {"id": bytes(32)},  # every /ops request runs it (here a session that is not there)
+    "ops_unregistered": {"limit": 20},
     "queue_metrics": {},
     "worker_metrics_totals": {},
     "tables_never_analyzed": {},

@@ -86,6 +86,25 @@ def write_bodies(path: Path, count: int, per_post: int, duplicate_share: float =
             f.write(sign(SECRET, body).encode() + b"\t" + body + b"\n")
 
 
+def register_apps(url: str, apps: int) -> dict[str, str]:
+    """`apps` Meta apps in the registry, the bench's WABA and number the first one's, signed by SECRET; returns the
+    environment that goes with it (WA_OUTBOX_SECRET_KEY, and WHATSAPP_APP_SECRET another secret, as an upgraded
+    deployment keeps it)."""
+    from wa_outbox.secret_box import SecretBox, fingerprint, generate_key
+    key = generate_key()
+    box = SecretBox([key])
+    with psycopg.connect(url, autocommit=True) as conn:
+        for n in range(apps):
+            app_id, secret = str(1000 + n), SECRET if n == 0 else f"bench-app-secret-{n}"
+            conn.execute("INSERT INTO wa_outbox.meta_apps (app_id) VALUES (%s)", (app_id,))
+            conn.execute("INSERT INTO wa_outbox.app_secrets (app_id, secret_enc, fingerprint) VALUES (%s, %s, %s)",
+                         (app_id, box.encrypt(secret), fingerprint(secret)))
+        conn.execute("INSERT INTO wa_outbox.business_accounts (waba_id, app_id) VALUES ('419561257915477', '1000')")
+        conn.execute("INSERT INTO wa_outbox.senders (phone_number_id, waba_id, token_enc) "
+                     "VALUES ('106540352242922', '419561257915477', %s)", (box.encrypt("bench-token"),))
+    return {"WA_OUTBOX_SECRET_KEY": key, "WHATSAPP_APP_SECRET": "bench-environment-secret"}
+
+
 def start_gunicorn(app: str, port: int, env: dict) -> subprocess.Popen:
     with socket.socket() as probe:  # a server left on the port would answer in its place
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn: closed connections do not count
@@ -232,6 +251,9 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--profile", action="store_true", help="also profile the receiver's workers with py-spy")
+    parser.add_argument("--apps", type=int, default=0,
+                        help="register this many Meta apps (one secret each; the bench's WABA and number belong to "
+                             "the first, whose secret signs the bodies): verification under every secret, routing")
     add_json_argument(parser)
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -250,6 +272,8 @@ def main() -> None:
     migrate.upgrade(url)
     env = {**os.environ, "DATABASE_URL": url, "WHATSAPP_APP_SECRET": SECRET, "WHATSAPP_VERIFY_TOKEN": "v",
            "WA_OUTBOX_API_TOKENS": "bench-token-0123456789", "LOG_LEVEL": "WARNING"}
+    if args.apps:
+        env.update(register_apps(url, args.apps))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     tmp = Path(tempfile.mkdtemp(prefix="wa-outbox-bench-"))
     single, batched = tmp / "single.txt", tmp / "batched.txt"
@@ -260,6 +284,7 @@ def main() -> None:
     web = Settings.from_env(env)
     facts = (f"gunicorn: WEB_CONCURRENCY={web.web_concurrency} x WA_OUTBOX_WEB_THREADS={web.web_threads} gthread; "
              f"wrk -t2 -c{args.connections} -d{args.duration}s; PostgreSQL {version}, synchronous_commit={sync}; "
+             f"{args.apps} registered app(s); "
              f"{os.cpu_count()} cores shared by gunicorn, Postgres and wrk")
     print(facts)
     results = {}

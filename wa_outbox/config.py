@@ -418,8 +418,14 @@ class Settings:
             raise _unset(name)
         return value
 
-    def require_web(self) -> Settings:
-        return self.require("database_url", "app_secret", "verify_token", "api_tokens")
+    def require_web(self, *, apps_registered: bool = False) -> Settings:
+        """The web's settings. `apps_registered`: the caller checks, where it has an engine, that WHATSAPP_APP_SECRET
+        is set or an app is registered (registry_watch.py), so it is not required here; WA_OUTBOX_SECRET_KEY is,
+        without it (the /ops session key derives from it then, and a registered app's secret is decrypted with it)."""
+        self.require("database_url")
+        if not self.app_secret and not (apps_registered and self.secret_keys):
+            raise ConfigError(NO_WEBHOOK_SECRET)
+        return self.require("verify_token", "api_tokens")
 
     def require_worker(self, *, senders_registered: bool = False) -> Settings:
         """The worker's settings. WHATSAPP_ACCESS_TOKEN and WHATSAPP_PHONE_NUMBER_ID are needed only while no sender
@@ -505,6 +511,10 @@ def _port(raw: str) -> int:
         raise ValueError
     return value
 
+
+# Neither way for the web to verify webhook signatures: the environment's app secret, or a registered app's.
+NO_WEBHOOK_SECRET = ("WHATSAPP_APP_SECRET is not set and no Meta app is registered: set WHATSAPP_APP_SECRET, or set "
+                     "WA_OUTBOX_SECRET_KEY and register an app (`wa-outbox apps add APP_ID --secret-env VAR`)")
 
 # The text settings some role requires (unset: None), by field name: what Settings.required() reads.
 RequiredText = Literal["database_url", "access_token", "app_secret", "verify_token", "phone_number_id"]

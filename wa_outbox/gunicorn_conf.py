@@ -1,6 +1,7 @@
 """gunicorn settings for `web` (Procfile: gunicorn --config python:wa_outbox.gunicorn_conf wsgi:app).
 
-Runs in the gunicorn master before any worker starts, so a configuration error is one line and exit status 2.
+Runs in the gunicorn master before any worker starts, so a configuration error is one line and exit status 2. Reads
+the database only when WHATSAPP_APP_SECRET is unset (is an app registered?).
 """
 
 import os
@@ -12,9 +13,13 @@ from gunicorn.glogging import Logger
 
 from wa_outbox.config import ConfigError, Settings
 from wa_outbox.logs import choose_format
+from wa_outbox.registry_watch import require_registered_apps
 
 try:
-    _settings = Settings.from_env().require_web()
+    # without WHATSAPP_APP_SECRET, a registered app must be there to verify webhooks: asked once, here, so a web
+    # that cannot verify anything says so in one line instead of every worker failing to boot
+    _settings = Settings.from_env().require_web(apps_registered=True)
+    require_registered_apps(_settings)
 except ConfigError as _exc:
     sys.stderr.write(f"wa-outbox: configuration error: {_exc}\n")
     sys.exit(2)

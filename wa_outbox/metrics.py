@@ -43,6 +43,13 @@ class Rejection(enum.StrEnum):
     SIGNATURE = "signature"    # missing or wrong X-Hub-Signature-256 (the WaOutboxBadWebhookSignatures alert)
     PAYLOAD = "payload"        # signed, but not a webhook body
     TOO_LARGE = "too_large"    # past WA_OUTBOX_WEBHOOK_MAX_BYTES (413), by Content-Length or chunked
+    WRONG_APP = "wrong_app"    # verified by one app, for a business account or number of another (403)
+
+
+class Unregistered(enum.StrEnum):
+    """`kind` of wa_outbox_webhook_unregistered_total (webhook_routing.py)."""
+    NUMBER = "number"          # a change for a phone number id that is not registered
+    WABA = "waba"              # a change without a number (template, account updates) for an unregistered WABA
 
 
 class SendOutcome(enum.StrEnum):
@@ -88,6 +95,10 @@ webhook_events = Counter("wa_outbox_webhook_events_total",
                          "Inbound webhook updates received, by whether they were new or a duplicate", ["result"])
 webhook_rejected = Counter("wa_outbox_webhook_rejected_total",
                            "Webhook POSTs refused before storing anything, by reason", ["reason"])
+webhook_unregistered = Counter("wa_outbox_webhook_unregistered_total",
+                               "Webhook updates received (stored, acknowledged, attributed to no sender) for a number "
+                               "(kind=number) or, without one, a business account (kind=waba) that is not registered",
+                               ["kind"])
 
 
 def initialise_web_counters() -> None:
@@ -98,6 +109,8 @@ def initialise_web_counters() -> None:
         webhook_events.labels(result=result)
     for reason in Rejection:
         webhook_rejected.labels(reason=reason)
+    for kind in Unregistered:
+        webhook_unregistered.labels(kind=kind)
 
 
 class RequestLabels:

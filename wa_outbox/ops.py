@@ -42,6 +42,11 @@ def senders(engine: sa.Engine, settings: Settings) -> list[queries.SenderRow]:
     return queries.ops_senders(engine, **accounts.environment_sender(settings))
 
 
+def unregistered(engine: sa.Engine, *, limit: int = 20) -> list[queries.UnregisteredRow]:
+    """Numbers and business accounts webhooks arrived for in the last 24 hours that are not registered."""
+    return queries.ops_unregistered(engine, limit=limit)
+
+
 def dead_groups(engine: sa.Engine, *, groups: int = 50, samples: int = 5) -> list[queries.DeadGroup]:
     return queries.ops_dead_groups(engine, groups=groups, samples=samples)
 

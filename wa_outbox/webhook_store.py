@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 import orjson
 import psycopg
@@ -39,18 +40,20 @@ _UNREACHABLE = ("08", "57")
 
 
 class _Pending:
-    __slots__ = ("events", "rows", "correlation_id", "body", "body_sha256", "wake", "leader", "alone", "refusal", "new",
-                 "error")
+    __slots__ = ("events", "rows", "correlation_id", "body", "body_sha256", "app_id", "wake", "leader", "alone",
+                 "refusal", "new", "error")
 
-    def __init__(self, events: list[WebhookEvent], correlation_id: str | None, body: bytes):
+    def __init__(self, events: list[WebhookEvent], correlation_id: str | None, body: bytes, app_id: str | None = None,
+                 unregistered: tuple[bool, ...] | None = None):
         self.correlation_id = correlation_id
         self.body = body
         self.body_sha256: str | None = None
+        self.app_id = app_id
         try:
-            self.rows = self._serialize(events, correlation_id)
+            self.rows = self._serialize(events, correlation_id, unregistered)
         except (ValueError, RecursionError) as exc:  # too deep to serialize here: the raw bytes, dead
             events = [unprocessable_event(body, f"cannot be serialized: {exc}")]
-            self.rows = self._serialize(events, correlation_id)
+            self.rows = self._serialize(events, correlation_id, None)
         if self.body_sha256 is not None:
             log.warning("webhook body %s kept raw: %s", self.body_sha256,
                         next((e.dead_reason for e in events if e.dead_reason), "sanitized to fit jsonb"))
@@ -62,12 +65,19 @@ class _Pending:
         self.new = 0
         self.error: BaseException | None = None
 
-    def _serialize(self, events: list[WebhookEvent], correlation_id: str | None) -> bytes:
-        """This POST's rows as JSON array elements (no brackets), UTF-8, for jsonb_to_recordset."""
+    def _serialize(self, events: list[WebhookEvent], correlation_id: str | None,
+                   unregistered: tuple[bool, ...] | None) -> bytes:
+        """This POST's rows as JSON array elements (no brackets), UTF-8, for jsonb_to_recordset. The app and the
+        unregistered flag only when there is one (single-number mode: the rows as they always were)."""
         rows = []
-        for e in events:
-            row = {"k": e.dedup_key, "f": e.field, "t": e.kind, "a": e.account_id, "p": e.phone_number_id,
-                   "w": e.wamid, "s": e.update_status, "v": e.payload, "c": correlation_id}
+        for n, e in enumerate(events):
+            row: dict[str, Any] = {"k": e.dedup_key, "f": e.field, "t": e.kind, "a": e.account_id,
+                                   "p": e.phone_number_id, "w": e.wamid, "s": e.update_status, "v": e.payload,
+                                   "c": correlation_id}
+            if self.app_id is not None:
+                row["ap"] = self.app_id
+            if unregistered is not None and unregistered[n]:
+                row["u"] = True
             if e.raw_body or e.dead_reason:
                 if self.body_sha256 is None:
                     self.body_sha256 = hashlib.sha256(self.body).hexdigest()
@@ -92,13 +102,15 @@ class WebhookStore:
         self._queue: list[_Pending] = []
         self._busy = False  # a thread is running an INSERT
 
-    def store(self, events: Iterable[WebhookEvent], correlation_id: str | None, body: bytes = b"") -> int:
-        """Store the events of one POST (`body`: its raw bytes, kept for sanitized and dead events); return how many
-        were new. Returns after they are committed."""
+    def store(self, events: Iterable[WebhookEvent], correlation_id: str | None, body: bytes = b"",
+              app_id: str | None = None, unregistered: tuple[bool, ...] | None = None) -> int:
+        """Store the events of one POST (`body`: its raw bytes, kept for sanitized and dead events; `app_id`: the app
+        that verified it; `unregistered`: per event, whether its number is not registered: webhook_routing.py);
+        return how many were new. Returns after they are committed."""
         events = list(events)
         if not events:
             return 0
-        mine = _Pending(events, correlation_id, body)
+        mine = _Pending(events, correlation_id, body, app_id, unregistered)
         with self._lock:
             self._queue.append(mine)
             lead = not self._busy
@@ -154,7 +166,7 @@ class WebhookStore:
     def _store_dead(self, mine: _Pending) -> int:
         """Postgres refused this POST's own rows: store the POST as one dead event holding its raw bytes."""
         reason = f"cannot be stored: {type(mine.refusal).__name__}: {mine.refusal}"
-        dead = _Pending([unprocessable_event(mine.body, reason)], mine.correlation_id, mine.body)
+        dead = _Pending([unprocessable_event(mine.body, reason)], mine.correlation_id, mine.body, mine.app_id)
         self._count_new([dead], self._insert([dead]))
         return dead.new
 

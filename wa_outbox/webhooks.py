@@ -28,6 +28,7 @@ import json
 import math
 import re
 import threading
+from collections.abc import Iterable
 from json.decoder import scanstring  # type: ignore[attr-defined]  # undocumented, so typeshed leaves it out
 from typing import Any, NamedTuple
 
@@ -85,6 +86,28 @@ def verify_signature(secret: str | bytes, body: bytes, header: str | None) -> No
     provided = header.strip().lower()
     if not provided.isascii() or not hmac.compare_digest(expected, provided):
         raise SignatureError(f"{SIGNATURE_HEADER} does not match the body", 403)
+
+
+def verifying_apps(candidates: Iterable[tuple[str | None, bytes, float | None]], body: bytes, header: str | None,
+                   now: float) -> list[str | None]:
+    """The apps (None: WHATSAPP_APP_SECRET) among `candidates` — (app id, secret as UTF-8 bytes, epoch seconds it
+    verifies until or None) — whose secret signed `body` as `header` says. Every live candidate's HMAC is computed
+    and compared in constant time, whichever matches: how long this takes says how many secrets there are, never
+    which one matched. Raises SignatureError."""
+    if not header:
+        raise SignatureError(f"missing {SIGNATURE_HEADER} header", 401)
+    provided = header.strip().lower()
+    # compare_digest wants ASCII str; a non-ASCII header, or one without the prefix, cannot match anyway
+    given = provided[7:] if provided.startswith("sha256=") and provided.isascii() else ""
+    found = []
+    for app_id, key, expires_at in candidates:
+        if expires_at is not None and expires_at <= now:  # a rotated-out secret whose overlap ended
+            continue
+        if hmac.compare_digest(hmac.new(key, body, hashlib.sha256).hexdigest(), given):
+            found.append(app_id)
+    if not found:
+        raise SignatureError(f"{SIGNATURE_HEADER} does not match the body", 403)
+    return found
 
 
 def events_of_body(body: bytes) -> list[WebhookEvent]:

@@ -339,8 +339,11 @@ DROP FUNCTION wa_outbox.resolve_sender(text);
 DROP FUNCTION wa_outbox.sender_choice(text);
 DROP FUNCTION wa_outbox.default_sender();
 
+DROP INDEX wa_outbox.webhook_events_unregistered;
+ALTER TABLE wa_outbox.webhook_events DROP COLUMN unregistered;
 ALTER TABLE wa_outbox.webhook_events DROP COLUMN app_id;
 DROP TABLE wa_outbox.senders;
 DROP TABLE wa_outbox.business_accounts;
 DROP TABLE wa_outbox.app_secrets;
 DROP TABLE wa_outbox.meta_apps;
+DROP FUNCTION wa_outbox.notify_registry_changed();

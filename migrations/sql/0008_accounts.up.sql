@@ -55,8 +55,32 @@ CREATE TABLE wa_outbox.senders (
 );
 CREATE INDEX senders_waba ON wa_outbox.senders (waba_id);
 
+-- Every change to the registry wakes the web processes, which hold it in memory (registry_watch.py): an app added
+-- or a secret rotated verifies webhooks within a second, whatever wrote it (the CLI, /v1, or plain SQL). Once per
+-- statement, and Postgres folds identical notifications of one transaction into one.
+CREATE FUNCTION wa_outbox.notify_registry_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('wa_outbox_registry', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER meta_apps_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.meta_apps
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER app_secrets_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.app_secrets
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER business_accounts_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.business_accounts
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER senders_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.senders
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+
 -- The app whose secret verified a webhook POST (NULL: the environment's WHATSAPP_APP_SECRET).
 ALTER TABLE wa_outbox.webhook_events ADD COLUMN app_id text;
+-- A change for a number (or, without one, a business account) the registry does not hold: stored and acknowledged,
+-- attributed to no sender, counted and shown on /ops (webhook_routing.py). Always false without registered senders.
+ALTER TABLE wa_outbox.webhook_events ADD COLUMN unregistered boolean NOT NULL DEFAULT false;
+-- /ops's unregistered numbers (ops_unregistered.sql): partial, so the hot INSERT of registered changes skips it.
+CREATE INDEX webhook_events_unregistered ON wa_outbox.webhook_events (received_at) WHERE unregistered;
+
 
 -- == Sender at enqueue ===============================================================================================
 -- A message's sender is a phone number id or a registered sender's alias, resolved by one rule (sender_choice())

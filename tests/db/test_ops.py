@@ -455,6 +455,8 @@ _PAGE_QUERIES = {
     "ops_session_open": ({"id": b"\0" * 32, "token_fingerprint": b"\0" * 32, "lifetime_seconds": 60},
                          {"ops_sessions_expires_at"}),
     "prune_ops_sessions": ({}, {"ops_sessions_expires_at"}),
+    # webhooks for unregistered numbers: only the partial index of unregistered changes, never the whole table
+    "ops_unregistered": ({"limit": 20}, {"webhook_events_unregistered"}),
 }
 
 

@@ -110,7 +110,7 @@ def test_under_gunicorn_a_chunked_body_past_the_limit_is_413_counted_as_too_larg
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=30)[0]
     assert (status, json.loads(answer)["error"]["status"]) == (413, 413)
-    assert counted == {"signature": 0, "payload": 0, "too_large": 1}
+    assert counted == {"signature": 0, "payload": 0, "too_large": 1, "wrong_app": 0}  # every reason, at 0 until counted
     assert db.execute("SELECT count(*) FROM wa_outbox.webhook_events").fetchone()[0] == 0
     assert proc.returncode == 0 and "Traceback" not in output, output
 

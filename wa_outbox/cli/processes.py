@@ -33,7 +33,7 @@ def web(port: int | None) -> None:
     if port:
         os.environ["PORT"] = str(port)
     try:
-        settings.require_web()
+        settings.require_web(apps_registered=True)  # and gunicorn's master checks that an app is, without the secret
     except ConfigError as exc:
         raise ConfigurationError(exc) from None
     sys.exit(_run_children({"web": _gunicorn_command()}))

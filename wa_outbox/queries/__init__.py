@@ -133,6 +133,7 @@ from .ops import (
     QueueDepth,
     SearchHit,
     SenderRow,
+    UnregisteredRow,
     WorkerRow,
     ops_campaigns,
     ops_dead_group_ids,
@@ -144,6 +145,7 @@ from .ops import (
     ops_session_close,
     ops_session_open,
     ops_throughput,
+    ops_unregistered,
     ops_workers,
 )
 from .registry import (
@@ -219,6 +221,7 @@ __all__ = [
     "record_deliveries",
     "rescue_deliveries",
     "RegistryVersion", "registry_version",
+    "UnregisteredRow", "ops_unregistered",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",

@@ -92,6 +92,19 @@ def ops_senders(engine: sa.Engine, *, environment_sender: str | None, environmen
 
 
 @dataclass(frozen=True, slots=True)
+class UnregisteredRow:
+    phone_number_id: str | None  # None: a change without a number (template, account updates), by its WABA
+    waba_id: str | None
+    app_id: str | None           # the app that verified them (None: WHATSAPP_APP_SECRET)
+    updates: int
+    last_received: datetime
+
+
+def ops_unregistered(engine: sa.Engine, *, limit: int) -> list[UnregisteredRow]:
+    return _rows(engine, "ops_unregistered", UnregisteredRow, {"limit": limit})
+
+
+@dataclass(frozen=True, slots=True)
 class DeadGroup:
     code: str        # '' for none
     count: int

@@ -645,6 +645,9 @@ CREATE TABLE wa_outbox.webhook_events (
     processed_at     timestamptz,
     raw_body_sha256  bytea,           -- webhook_bodies: the exact bytes, when they had to be sanitized; else NULL
     app_id           text,            -- the app whose secret verified the POST (NULL: WHATSAPP_APP_SECRET)
+    -- a change for a number (or, without one, a business account) the registry does not hold: stored, attributed to
+    -- no sender, counted and shown on /ops (webhook_routing.py); always false without registered senders
+    unregistered     boolean NOT NULL DEFAULT false,
     CONSTRAINT webhook_events_dedup_key UNIQUE (dedup_key)
 )
 WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);  -- a queue: see notifications
@@ -656,6 +659,8 @@ CREATE INDEX webhook_events_raw_body ON wa_outbox.webhook_events (raw_body_sha25
 -- Status events not yet done, by wamid: what settle_unknown.sql looks up. An inbound message never enters it, nor
 -- does a processed status's new row version, so the hot INSERT writes one index entry fewer per message.
 CREATE INDEX webhook_events_wamid ON wa_outbox.webhook_events (wamid) WHERE kind = 'status' AND status <> 'done';
+-- /ops's unregistered numbers (ops_unregistered.sql): partial, so the hot INSERT of registered changes skips it.
+CREATE INDEX webhook_events_unregistered ON wa_outbox.webhook_events (received_at) WHERE unregistered;
 
 -- A status webhook finds its message by wamid or by the outbox id echoed in biz_opaque_callback_data, written as
 -- "<outbox id>" or "<outbox id>:<the app's own value>": the leading digits before an optional ':' (the same rule as
@@ -1305,6 +1310,23 @@ BEGIN
     END IF;
     RETURN v_choice[1];
 END $$;
+-- Every change to the registry wakes the web processes, which hold it in memory (registry_watch.py): an app added
+-- or a secret rotated verifies webhooks within a second, whatever wrote it (the CLI, /v1, or plain SQL). Once per
+-- statement, and Postgres folds identical notifications of one transaction into one.
+CREATE FUNCTION wa_outbox.notify_registry_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('wa_outbox_registry', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER meta_apps_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.meta_apps
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER app_secrets_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.app_secrets
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER business_accounts_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.business_accounts
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+CREATE TRIGGER senders_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.senders
+    FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
 
 
 -- == Views for operations ===========================================================================================

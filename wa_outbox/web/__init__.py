@@ -19,8 +19,9 @@ from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
 
 from .. import logs, metrics, queries
-from ..config import DEFAULT_WEB_POOL_SIZE, Settings
+from ..config import DEFAULT_WEB_POOL_SIZE, ConfigError, Settings
 from ..db import create_engine
+from ..registry_watch import RegistryWatch
 from ..webhook_store import WebhookStore
 from . import (
     account_views,
@@ -38,8 +39,9 @@ from .app_state import engine_of, settings_of
 
 def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: bool = True) -> Flask:
     """The web app. `engine`, if given, must be in autocommit mode. `metrics=False` for a second app in one process
-    (Prometheus metrics are process-global)."""
-    settings.require_web()
+    (Prometheus metrics are process-global). ConfigError when WHATSAPP_APP_SECRET is unset and no app is registered
+    (the registry is read here, where the app has its engine)."""
+    settings.require_web(apps_registered=True)
     app = Flask("wa_outbox")
     app.config["MAX_CONTENT_LENGTH"] = settings.webhook_max_bytes
     app.extensions["wa_outbox.settings"] = settings
@@ -52,6 +54,13 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
         isolation_level="AUTOCOMMIT",
         prepared_statements=settings.db_prepared_statements,
     )
+    # The registry in memory, kept up to date by a thread of this process: what webhooks are verified and routed by.
+    try:
+        app.extensions["wa_outbox.registry"] = RegistryWatch(app.extensions["wa_outbox.engine"], settings).start()
+    except ConfigError:
+        if engine is None:  # the pool made here goes with the app that will not be
+            app.extensions["wa_outbox.engine"].dispose()
+        raise
     app.extensions["wa_outbox.webhook_store"] = WebhookStore(app.extensions["wa_outbox.engine"])
 
     @app.before_request

@@ -5,6 +5,10 @@ token left WA_OUTBOX_API_TOKENS.
 The cookie (Flask's signed session) carries a random 256-bit secret; the table holds only its SHA-256, so neither a
 `pg_dump` nor a read of the table yields a usable session. The token that opened a session is kept as its
 fingerprint, an HMAC-SHA256 under the app secret (never the token, and no offline guessing of it from a dump).
+
+"The app secret" is `signing_secret()`: WHATSAPP_APP_SECRET when set (as always), else WA_OUTBOX_SECRET_KEY's first
+key — a secret every web process shares that is in no table, so no dump holds it (Settings.require_web requires it
+when WHATSAPP_APP_SECRET is unset).
 """
 
 from __future__ import annotations
@@ -19,8 +23,19 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 
 from .. import queries
+from ..config import NO_WEBHOOK_SECRET, ConfigError, Settings
 
 LIFETIME_SECONDS = 12 * 3600  # from login, whatever the browser does
+
+
+def signing_secret(settings: Settings) -> str:
+    """What the /ops cookie key and the token fingerprints derive from: WHATSAPP_APP_SECRET when set (sessions open
+    before an upgrade stay open), else WA_OUTBOX_SECRET_KEY's first (encrypting) key. Changing it ends every session."""
+    if settings.app_secret:
+        return settings.app_secret
+    if settings.secret_keys:
+        return settings.secret_keys[0]
+    raise ConfigError(NO_WEBHOOK_SECRET)
 
 
 def token_fingerprint(app_secret: str | None, token: str) -> bytes:

@@ -73,9 +73,11 @@ _SECURITY_HEADERS = {
 
 
 def session_key(settings: Settings) -> bytes:
-    """The session cookie's signing key, derived from the app secret: nothing to configure. It no longer depends on
-    the API tokens: removing one ends the sessions it opened (ops_sessions.is_live), not the others'."""
-    return hmac.new((settings.app_secret or "").encode(), b"wa-outbox /ops session cookie", hashlib.sha256).digest()
+    """The session cookie's signing key, derived from the app secret (ops_sessions.signing_secret: without
+    WHATSAPP_APP_SECRET, WA_OUTBOX_SECRET_KEY): nothing to configure. It no longer depends on the API tokens:
+    removing one ends the sessions it opened (ops_sessions.is_live), not the others'."""
+    return hmac.new(ops_sessions.signing_secret(settings).encode(), b"wa-outbox /ops session cookie",
+                    hashlib.sha256).digest()
 
 
 def token_matches(given: str, tokens: tuple[str, ...]) -> bool:
@@ -122,7 +124,7 @@ def _configured_fingerprints() -> frozenset[bytes]:
     if found is None:
         settings = settings_of(current_app)
         found = current_app.extensions["wa_outbox.ops_token_fingerprints"] = ops_sessions.fingerprints(
-            settings.app_secret, settings.api_tokens)
+            ops_sessions.signing_secret(settings), settings.api_tokens)
     return found
 
 
@@ -213,7 +215,7 @@ def login_submit():
         ops_sessions.close_session(_engine(), session[SESSION_FIELD])
     session.clear()  # a fresh session (and CSRF token) at every login: nothing planted before it survives
     session[SESSION_FIELD] = ops_sessions.open_session(
-        _engine(), ops_sessions.token_fingerprint(settings.app_secret, token))
+        _engine(), ops_sessions.token_fingerprint(ops_sessions.signing_secret(settings), token))
     session[CSRF_FIELD] = secrets.token_urlsafe(32)
     g.ops_logged_in = True
     log.info("ops login", extra={"remote_addr": request.remote_addr})
@@ -261,7 +263,7 @@ def index():
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
                  workers=ops.workers(engine), senders=ops.senders(engine, settings_of(current_app)),
                  dead_groups=ops.dead_groups(engine), campaigns=ops.campaigns(engine),
-                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES)
+                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES, unregistered=ops.unregistered(engine))
 
 
 def _search(q: str):

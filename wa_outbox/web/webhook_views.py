@@ -1,12 +1,15 @@
 """`GET|POST /webhooks/whatsapp`: Meta's verification handshake and the webhook receiver.
 
-The POST does, in order: signature over the raw bytes, parse, split into events (sanitized where jsonb could not hold
-them, or one dead event for JSON that cannot be split), one INSERT … ON CONFLICT DO NOTHING, answer 200. Nothing else
-runs before the answer; the workers process the stored events later.
+The POST does, in order: signature over the raw bytes (under every active secret of every registered app and
+WHATSAPP_APP_SECRET, held in memory: registry_watch.py), parse, split into events (sanitized where jsonb could not
+hold them, or one dead event for JSON that cannot be split), route them (webhook_routing.py: a WABA or number of
+another app refuses the POST), one INSERT … ON CONFLICT DO NOTHING, answer 200. Nothing else runs before the answer;
+the workers process the stored events later.
 
 A POST that will be stored takes `WebhookFastPath`, a WSGI layer in front of Flask that does exactly the steps above
 without Flask's request cycle (request context, hooks, response object), which cost as much CPU as the rest of the
-receiver. Every other answer — 401, 403, 400, 413, a database error — is the Flask view's: the fast path hands it the
+receiver. Every other answer — 401, 403 (a wrong signature, or another app's WABA), 400, 413, a database error — is
+the Flask view's: the fast path hands it the
 request, body included, so those answers stay written once, here.
 """
 
@@ -22,7 +25,9 @@ from flask import Blueprint, Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import logs, metrics
-from ..webhooks import SIGNATURE_HEADER, WEBHOOK_PATH, PayloadError, SignatureError, events_of_body, verify_signature
+from ..registry_watch import RegistryWatch
+from ..webhook_routing import Routed, WrongApp, route
+from ..webhooks import SIGNATURE_HEADER, WEBHOOK_PATH, PayloadError, SignatureError, WebhookEvent, events_of_body
 from .app_state import settings_of
 from .errors import json_error
 
@@ -61,8 +66,8 @@ def receive():
         refused_too_large(current_app.config["MAX_CONTENT_LENGTH"])
         raise
     try:
-        verify_signature(settings_of(current_app).required("app_secret"), body, request.headers.get(SIGNATURE_HEADER))
-        events = events_of_body(body)
+        watch = current_app.extensions["wa_outbox.registry"]
+        events, routed = accept(watch, body, request.headers.get(SIGNATURE_HEADER))
     except SignatureError as exc:
         metrics.webhook_rejected.labels(reason=metrics.Rejection.SIGNATURE).inc()
         log.warning("webhook rejected: %s", exc)
@@ -71,12 +76,25 @@ def receive():
         metrics.webhook_rejected.labels(reason=metrics.Rejection.PAYLOAD).inc()
         log.warning("webhook rejected: %s", exc)
         return json_error(400, str(exc))
+    except WrongApp as exc:
+        metrics.webhook_rejected.labels(reason=metrics.Rejection.WRONG_APP).inc()
+        log.warning("webhook rejected: %s", exc)
+        return json_error(exc.status, str(exc))
     failed = request.environ.pop(_STORE_ERROR_KEY, None)
     if failed is not None:  # the fast path's INSERT failed: answer as for any database error
         raise failed
-    new = current_app.extensions["wa_outbox.webhook_store"].store(events, g.correlation_id, body)
-    _count(len(events), new)
+    new = current_app.extensions["wa_outbox.webhook_store"].store(events, g.correlation_id, body, routed.app_id,
+                                                                  routed.unregistered)
+    _count(len(events), new, routed)
     return jsonify(_answer(len(events), new))
+
+
+def accept(watch: RegistryWatch, body: bytes, signature: str | None) -> tuple[list[WebhookEvent], Routed]:
+    """The events of a POST and how they are routed: SignatureError, PayloadError or WrongApp when it is refused."""
+    routes = watch.routes  # one registry for the whole POST, whatever a reload does meanwhile
+    verified_by = routes.verify(body, signature, time.time())
+    events = events_of_body(body)
+    return events, route(routes, verified_by, events)
 
 
 def _whole_body() -> bytes:
@@ -97,11 +115,20 @@ def _answer(received: int, new: int) -> dict[str, int]:
     return {"received": received, "new": new, "duplicate": received - new}
 
 
-def _count(received: int, new: int) -> None:
+def _count(received: int, new: int, routed: Routed) -> None:
     if new:
         metrics.webhook_events.labels(result=metrics.WebhookResult.NEW).inc(new)
     if received - new:
         metrics.webhook_events.labels(result=metrics.WebhookResult.DUPLICATE).inc(received - new)
+    if routed.unregistered is not None:
+        _count_unregistered(routed)
+
+
+def _count_unregistered(routed: Routed) -> None:
+    if routed.numbers:
+        metrics.webhook_unregistered.labels(kind=metrics.Unregistered.NUMBER).inc(routed.numbers)
+    if routed.wabas:
+        metrics.webhook_unregistered.labels(kind=metrics.Unregistered.WABA).inc(routed.wabas)
 
 
 class WebhookFastPath:
@@ -112,7 +139,7 @@ class WebhookFastPath:
     def __init__(self, app: Flask, flask_wsgi_app, request_metrics: tuple | None) -> None:
         self.flask_wsgi_app = flask_wsgi_app
         self.app = app
-        self.secret = settings_of(app).required("app_secret")
+        self.watch = app.extensions["wa_outbox.registry"]
         self.store = app.extensions["wa_outbox.webhook_store"]
         # (duration histogram, total counter) of prometheus-flask-exporter, children resolved once for the only
         # answer this path gives; None when the app has no request metrics.
@@ -136,17 +163,16 @@ class WebhookFastPath:
         if len(body) != int(length):  # the client went away: the view says how
             return self._to_flask(environ, start_response, body)
         try:
-            verify_signature(self.secret, body, environ.get("HTTP_X_HUB_SIGNATURE_256"))
-            events = events_of_body(body)
+            events, routed = accept(self.watch, body, environ.get("HTTP_X_HUB_SIGNATURE_256"))
         except Exception:  # noqa: BLE001 - 401, 403, 400 (or anything unforeseen): the view answers it
             return self._to_flask(environ, start_response, body)
         logs.correlation_id.set(correlation_id)
         try:
-            new = self.store.store(events, correlation_id, body)
+            new = self.store.store(events, correlation_id, body, routed.app_id, routed.unregistered)
         except Exception as exc:  # noqa: BLE001 - answered by the view's error handlers
             environ[_STORE_ERROR_KEY] = exc
             return self._to_flask(environ, start_response, body)
-        _count(len(events), new)
+        _count(len(events), new, routed)
         answer = (json.dumps(_answer(len(events), new), separators=(",", ":")) + "\n").encode()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(answer))),
                                   ("X-Correlation-Id", correlation_id)])

@@ -18,12 +18,12 @@ from . import create_app
 
 def build_app() -> Flask:
     try:
-        settings = Settings.from_env().require_web()
+        settings = Settings.from_env().require_web(apps_registered=True)
+        logs.configure(settings.log_level, settings.log_format)
+        return create_app(settings)  # checks, with its engine, that some secret verifies webhooks
     except ConfigError as exc:
         sys.stderr.write(f"wa-outbox: configuration error: {exc}\n")
         raise SystemExit(2) from None
-    logs.configure(settings.log_level, settings.log_format)
-    return create_app(settings)
 
 
 def __getattr__(name: str) -> Any:
