@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 
 import psycopg
 import pytest
@@ -34,6 +35,12 @@ def register(db, *numbers: str, aliases: dict[str, str] | None = None, refs: dic
     """Apps 111 and 222, WABAs 901 (app 111) and 902 (app 222); each number in its own WABA, its token encrypted
     (or, for `refs`, the name of the variable holding it)."""
     db.execute("INSERT INTO wa_outbox.meta_apps (app_id) VALUES ('111'), ('222') ON CONFLICT DO NOTHING")
+    # Both apps sign with the test app secret (as the simulator below does), read from a variable by the web app,
+    # which holds no WA_OUTBOX_SECRET_KEY: a body for an app's WABA must verify under that app's own secret.
+    os.environ["WA_OUTBOX_TEST_APP_SECRET"] = APP_SECRET
+    db.execute("INSERT INTO wa_outbox.app_secrets (app_id, secret_ref, fingerprint) SELECT a, "
+               "'WA_OUTBOX_TEST_APP_SECRET', %s FROM unnest(ARRAY['111', '222']) a "
+               "WHERE NOT EXISTS (SELECT FROM wa_outbox.app_secrets s WHERE s.app_id = a)", (fingerprint(APP_SECRET),))
     db.execute("INSERT INTO wa_outbox.business_accounts (waba_id, app_id) VALUES ('901', '111'), ('902', '222') "
                "ON CONFLICT DO NOTHING")
     for i, number in enumerate(numbers):
@@ -50,8 +57,11 @@ def register(db, *numbers: str, aliases: dict[str, str] | None = None, refs: dic
 
 def set_token(db, number: str, token: str, *, notify: bool) -> None:
     """What `wa-outbox senders set-token` does: the new token and its time, and (in the same transaction) the
-    registry's NOTIFY."""
+    registry's NOTIFY (the registry tables' trigger sends it). notify=False: a change the workers did not hear of
+    (a listener reconnecting), made with the session's triggers off."""
     with db.transaction():
+        if not notify:
+            db.execute("SET LOCAL session_replication_role = replica")  # no trigger fires: no NOTIFY
         db.execute("UPDATE wa_outbox.senders SET token_enc = %s, token_fingerprint = %s, token_updated_at = now() "
                    "WHERE phone_number_id = %s", (BOX.encrypt(token), fingerprint(token), number))
         if notify:
