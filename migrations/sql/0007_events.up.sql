@@ -165,8 +165,8 @@ DECLARE
     v_txid xid8 := '0';
     v_seq bigint := 0;
 BEGIN
-    IF max_rows IS NULL OR max_rows NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_rows must be between 1 and 1000, not %', coalesce(max_rows::text, 'NULL')
+    IF max_rows IS NULL OR max_rows NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'max_rows must be between 1 and 10000, not %', coalesce(max_rows::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF after IS NOT NULL THEN

@@ -29,6 +29,7 @@ from .console import (
     console_volatile_calls,
     support_role_state,
 )
+from .events import FeedEvent, events_after
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -139,6 +140,7 @@ __all__ = [
     "DeadGroup",
     "DeadMessage",
     "Enqueued",
+    "FeedEvent",
     "MetricSeries",
     "MetricTotal",
     "MinuteFlows",
@@ -174,6 +176,7 @@ __all__ = [
     "drop_empty_schema",
     "enqueue_campaign",
     "enqueue_one",
+    "events_after",
     "find_notifications",
     "finish_webhook_events",
     "get_notification",
