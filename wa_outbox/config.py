@@ -302,6 +302,7 @@ class Settings:
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
     # Fernet keys (comma-separated, the first encrypts) for the secrets stored in Postgres (secret_box.py)
     secret_keys: tuple[str, ...] = field(default=(), repr=False)
+    event_retention_days: int = 30         # events for apps (the feed) are kept this long (`wa-outbox prune`)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -376,6 +377,8 @@ class Settings:
             secret_keys=_parse(env, "WA_OUTBOX_SECRET_KEY", (), _fernet_keys,
                                "Fernet keys, comma-separated (the first encrypts): `wa-outbox secrets generate-key`",
                                shown=_secret),
+            event_retention_days=_parse(env, "WA_OUTBOX_EVENT_RETENTION_DAYS", 30, _positive_int,
+                                        "a positive number of days, e.g. 30"),
         )
 
     def retry_policy(self) -> RetryPolicy:
