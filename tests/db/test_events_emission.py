@@ -218,3 +218,24 @@ def test_the_python_transition_table_is_the_triggers(db, sender):
     db.execute("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt) "
                "SELECT %s, e, 1 FROM unnest(%s::text[]) WITH ORDINALITY AS u(e, o) ORDER BY o", (nid, words))
     assert statuses(db, nid) == list(ev.STATUS_TRANSITIONS.values())
+
+
+# --- the Python handlers see what an endpoint sees ------------------------------------------------------------------
+
+def test_handlers_get_the_feeds_envelope_beside_the_fields_they_always_had(app, client, db, engine):
+    from wa_outbox.retry import RetryPolicy
+    from wa_outbox.worker._inbound import InboundProcessor
+    received: list[dict] = []
+    assert post_webhook(client, inbound("wamid.H1")).status_code == 200
+    assert post_webhook(client, change("account_update", {"event": "VERIFIED_ACCOUNT"})).status_code == 200
+    status = {"id": "wamid.X", "status": "delivered", "timestamp": "1749416400", "recipient_id": "16505551234"}
+    assert post_webhook(client, change("messages", {"statuses": [status]})).status_code == 200
+    processor = InboundProcessor(engine, "in-1", [received.append], RetryPolicy(0.01, 0.02, 3), 30.0)
+    assert processor.process_batch() == 3
+    assert [h["kind"] for h in received] == ["message", "change"]  # statuses go to their messages, as before
+    assert set(received[0]) == {"id", "kind", "field", "phone_number_id", "wamid", "payload", "correlation_id",
+                                "event"}
+    feed_page = wait_for(lambda: len((page := ev.read_feed(engine)).data) == 2 and page, timeout=120, what="the feed")
+    assert [h["event"] for h in received] == feed_page.data  # the same envelopes as GET /v1/events
+    assert received[0]["event"]["data"]["webhook_event_id"] == received[0]["id"]
+    assert received[1]["event"]["type"] == EventType.ACCOUNT_UPDATE

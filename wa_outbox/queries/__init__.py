@@ -29,7 +29,7 @@ from .console import (
     console_volatile_calls,
     support_role_state,
 )
-from .events import FeedEvent, events_after
+from .events import FeedEvent, WebhookEventEvent, events_after, events_of_webhook_events
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -167,6 +167,7 @@ __all__ = [
     "VolatileCall",
     "WORKER_ALIVE_SECONDS",
     "WebhookEvent",
+    "WebhookEventEvent",
     "WorkerRow",
     "apply_statuses",
     "campaign_summaries",
@@ -180,6 +181,7 @@ __all__ = [
     "enqueue_campaign",
     "enqueue_one",
     "events_after",
+    "events_of_webhook_events",
     "find_notifications",
     "finish_webhook_events",
     "get_notification",
