@@ -32,6 +32,7 @@ class EventNotices:
         # never take the threads webhook POSTs need. A poll over the limit answers at once (an empty page: the
         # client simply asks again).
         self._waiters = threading.BoundedSemaphore(max(1, settings.web_threads // 4))
+        self._waiting = 0  # polls holding a slot (for /metrics-like looks and tests)
         self._generation = 0
         self._listening = False
         self._changed = threading.Condition()
@@ -42,11 +43,25 @@ class EventNotices:
     def waiting_slot(self) -> Iterator[bool]:
         """Whether this poll may wait (held for the poll's duration)."""
         got = self._waiters.acquire(blocking=False)
+        if got:
+            with self._changed:
+                self._waiting += 1
         try:
             yield got
         finally:
             if got:
+                with self._changed:
+                    self._waiting -= 1
                 self._waiters.release()
+
+    @property
+    def waiting(self) -> int:
+        """How many polls hold a waiting slot now."""
+        return self._waiting
+
+    @property
+    def listening(self) -> bool:
+        return self._listening
 
     def generation(self, *, ready_within: float = 2.0) -> int:
         """The notification count now, once the listener is listening (or after `ready_within` seconds)."""

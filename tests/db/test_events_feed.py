@@ -138,7 +138,7 @@ def test_a_long_poll_answers_when_an_event_arrives(app, client, db):
 
     def waiting() -> bool:  # the poll holds its waiting slot and its listener is listening
         notices = app.extensions.get("wa_outbox.event_notices")
-        return bool(notices and notices._listening and notices._waiters._value < notices._waiters._initial_value)
+        return bool(notices and notices.listening and notices.waiting)
     wait_for(waiting, what="the long poll waiting")
     emit(db, 1, "message.received")
     poll.join(timeout=60)
