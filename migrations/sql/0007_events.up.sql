@@ -74,7 +74,11 @@ BEGIN
     SELECT CASE WHEN w.kind = 'change' THEN wa_outbox.event_type_of(w.field)
                 WHEN p.echo THEN 'message.echo' ELSE 'message.received' END,
            w.phone_number_id,
-           CASE WHEN w.kind = 'message' THEN CASE WHEN p.echo THEN p.m ->> 'to' ELSE p.m ->> 'from' END END,
+           CASE WHEN w.kind = 'message' THEN CASE WHEN p.echo THEN p.m ->> 'to' ELSE p.m ->> 'from' END
+                WHEN w.field = 'calls' THEN  -- the customer: whichever end is not the business number
+                    CASE WHEN p.v -> 'calls' -> 0 ->> 'from' = p.v -> 'metadata' ->> 'display_phone_number'
+                         THEN p.v -> 'calls' -> 0 ->> 'to' ELSE p.v -> 'calls' -> 0 ->> 'from' END
+                WHEN w.field = 'user_preferences' THEN p.v -> 'user_preferences' -> 0 ->> 'wa_id' END,
            CASE WHEN w.kind = 'message' THEN jsonb_build_object(
                     'schema_version', 1, 'phone_number_id', w.phone_number_id,
                     'display_phone_number', p.v -> 'metadata' ->> 'display_phone_number', 'account_id', w.account_id,

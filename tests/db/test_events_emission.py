@@ -239,3 +239,17 @@ def test_handlers_get_the_feeds_envelope_beside_the_fields_they_always_had(app, 
     assert [h["event"] for h in received] == feed_page.data  # the same envelopes as GET /v1/events
     assert received[0]["event"]["data"]["webhook_event_id"] == received[0]["id"]
     assert received[1]["event"]["type"] == EventType.ACCOUNT_UPDATE
+
+
+def test_calls_and_user_preferences_are_in_their_customers_conversation(client, db):
+    metadata = {"display_phone_number": "15550783881", "phone_number_id": PHONE}
+    calls = [{"id": "wacid.1", "from": "15550783881", "to": "16505551234", "event": "connect",
+              "direction": "BUSINESS_INITIATED", "timestamp": "1752582933"}]
+    prefs = [{"wa_id": "16505551235", "category": "marketing_messages", "value": "stop", "timestamp": 1731705721}]
+    assert post_webhook(client, change("calls", {"metadata": metadata, "calls": calls})).status_code == 200
+    calls = [{**calls[0], "id": "wacid.2", "from": "16505551236", "to": "15550783881", "direction": "USER_INITIATED"}]
+    assert post_webhook(client, change("calls", {"metadata": metadata, "calls": calls})).status_code == 200
+    assert post_webhook(client, change("user_preferences", {"metadata": metadata,
+                                                            "user_preferences": prefs})).status_code == 200
+    assert [(e["type"], e["phone_number_id"], e["wa_id"]) for e in feed(db)] == [
+        ("call", PHONE, "16505551234"), ("call", PHONE, "16505551236"), ("user.preferences", PHONE, "16505551235")]
