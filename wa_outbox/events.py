@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,7 +35,8 @@ def event_id(seq: int) -> str:
 
 
 def envelope(seq: int, type_: str, occurred_at: datetime, data: dict[str, Any]) -> dict[str, Any]:
-    return {"id": event_id(seq), "type": type_, "timestamp": occurred_at.isoformat(), "data": data}
+    # In UTC whatever the reading connection's TimeZone: a pulled event and a pushed one are the same bytes.
+    return {"id": event_id(seq), "type": type_, "timestamp": occurred_at.astimezone(UTC).isoformat(), "data": data}
 
 
 def envelope_bytes(seq: int, type_: str, occurred_at: datetime, data: dict[str, Any]) -> bytes:

@@ -57,3 +57,12 @@ def test_a_quarter_of_the_web_threads_may_wait_at_once():
     assert notices.waiting == 0
     with notices.waiting_slot() as again:
         assert again
+
+
+def test_the_envelopes_timestamp_is_utc_whatever_the_connections_time_zone():
+    from datetime import datetime, timedelta, timezone
+    at = datetime(2026, 12, 2, 5, 47, 15, 603626, tzinfo=timezone(timedelta(hours=3)))
+    assert ev.envelope(1, "call", at, {"schema_version": 1}) == {
+        "id": "evt_1", "type": "call", "timestamp": "2026-12-02T02:47:15.603626+00:00", "data": {"schema_version": 1}}
+    assert ev.envelope_bytes(1, "call", at, {}) == (b'{"id":"evt_1","type":"call",'
+                                                     b'"timestamp":"2026-12-02T02:47:15.603626+00:00","data":{}}')
