@@ -1,6 +1,9 @@
 """Wake-ups for the feed's long polls (GET /v1/events?wait=): one LISTEN wa_outbox_events connection per process.
 
-The emission triggers send one notification per statement that wrote events (at its commit). A long poll waits on
+The emission triggers wake the listeners at the commit of a transaction that wrote events, from at most one such
+transaction at a time (wa_outbox.notify_events(): a NOTIFY serializes the commits of every notifying transaction), so
+a wake-up may come without the events of a transaction that committed just after it: polls also read again at
+least every events.TICK_SECONDS. A long poll waits on
 this process-wide listener, not on a connection of its own: waiting holds a web thread (for at most
 events.MAX_WAIT_SECONDS) but no pooled database connection. The listener counts notifications (`generation`); a
 poll takes the count before it reads the feed and, finding nothing, waits for the count to move. The listener's

@@ -125,12 +125,31 @@ def test_the_sql_type_table_is_the_python_one(db):
         assert db.execute("SELECT wa_outbox.event_type_of(%s)", (field,)).fetchone()[0] == ev.event_type_of(field)
 
 
-def test_one_notification_per_statement_that_wrote_events(client, db, database_url):
+def test_a_statement_that_wrote_events_wakes_the_listeners(client, db, database_url):
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN wa_outbox_events")
         assert post_webhook(client, inbound("wamid.N1")).status_code == 200
         got = list(listener.notifies(timeout=10, stop_after=1))
         assert [n.channel for n in got] == ["wa_outbox_events"]
+
+
+def test_one_transaction_at_a_time_notifies(db, database_url):
+    """A NOTIFY serializes the commits of every notifying transaction: while one that wrote events is open, the
+    others' statements do not notify (its commit wakes the readers; they poll anyway)."""
+    insert = ("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload) "
+              "VALUES (%s, 'account_update', 'change', '{\"value\": {}}')")
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN wa_outbox_events")
+        with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+            first.execute(insert, ("d:1",))
+            second.execute(insert, ("d:2",))
+            second.commit()
+            first.commit()
+        assert len(list(listener.notifies(timeout=10, stop_after=1))) == 1  # the first's
+        with psycopg.connect(database_url) as third:
+            third.execute(insert, ("d:3",))  # alone again: it notifies
+        assert len(list(listener.notifies(timeout=10, stop_after=1))) == 1
+    assert len(feed(db)) == 3
 
 
 # --- the outbox: the worker's outcomes and statuses, cancel, dlq ----------------------------------------------------

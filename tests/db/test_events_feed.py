@@ -128,7 +128,7 @@ def test_a_pruned_cursor_is_410_saying_so(app, client, db):
     assert raised.value.sqlstate == ev.PRUNED_SQLSTATE
 
 
-def test_a_long_poll_answers_when_an_event_arrives(app, client, db):
+def test_a_long_poll_answers_when_an_event_arrives(app, client, db, database_url):
     emit(db)
     cursor = client.get("/v1/events", headers=AUTH).json["next_cursor"]
     answers: list = []
@@ -140,7 +140,9 @@ def test_a_long_poll_answers_when_an_event_arrives(app, client, db):
         notices = app.extensions.get("wa_outbox.event_notices")
         return bool(notices and notices.listening and notices.waiting)
     wait_for(waiting, what="the long poll waiting")
-    emit(db, 1, "message.received")
+    with psycopg.connect(database_url) as conn:  # as the triggers write events: with the wake-up
+        emit(conn, 1, "message.received", readable=False)
+        conn.execute("SELECT wa_outbox.notify_events()")
     poll.join(timeout=60)
     assert answers and answers[0].status_code == 200
     assert [e["type"] for e in answers[0].json["data"]] == ["message.received"]
