@@ -87,6 +87,7 @@ from .endpoints import (
     rotate_endpoint_secret,
     set_endpoint_state,
 )
+from .events import FeedEvent, WebhookEventEvent, events_after, events_of_webhook_events
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -100,11 +101,13 @@ from .inbound import (
 )
 from .maintenance import (
     PruneCutoffs,
+    PrunedEvents,
     PrunedMessages,
     PrunedWebhooks,
     PruneProbe,
     drop_empty_schema,
     prune_cutoffs,
+    prune_events_batch,
     prune_messages_batch,
     prune_messages_probe,
     prune_ops_sessions,
@@ -232,6 +235,7 @@ __all__ = [
     "DeadGroup",
     "DeadMessage",
     "Enqueued",
+    "FeedEvent",
     "MetricSeries",
     "MetricTotal",
     "MinuteFlows",
@@ -239,6 +243,7 @@ __all__ = [
     "NotificationSummary",
     "PruneCutoffs",
     "PruneProbe",
+    "PrunedEvents",
     "PrunedMessages",
     "PrunedWebhooks",
     "QueueCount",
@@ -255,6 +260,7 @@ __all__ = [
     "VolatileCall",
     "WORKER_ALIVE_SECONDS",
     "WebhookEvent",
+    "WebhookEventEvent",
     "WorkerRow",
     "apply_statuses",
     "campaign_summaries",
@@ -267,6 +273,8 @@ __all__ = [
     "drop_empty_schema",
     "enqueue_campaign",
     "enqueue_one",
+    "events_after",
+    "events_of_webhook_events",
     "find_notifications",
     "finish_webhook_events",
     "get_notification",
@@ -290,6 +298,7 @@ __all__ = [
     "pause_recipient",
     "pause_sender",
     "prune_cutoffs",
+    "prune_events_batch",
     "prune_messages_batch",
     "prune_messages_probe",
     "prune_ops_sessions",

@@ -29,6 +29,7 @@ from . import (
     campaign_views,
     endpoint_views,
     errors,
+    event_views,
     health_views,
     openapi_views,
     ops_views,
@@ -89,6 +90,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(campaign_views.blueprint)
     app.register_blueprint(endpoint_views.blueprint)
     app.register_blueprint(account_views.blueprint)
+    app.register_blueprint(event_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
     # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method
