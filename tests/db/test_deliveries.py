@@ -219,8 +219,9 @@ def test_ordered_a_failed_event_lets_its_conversation_move_on_and_stays_replayab
 def test_a_hanging_endpoint_does_not_stop_another_endpoint_or_sends(db, sender, sim, settings):
     hold = threading.Event()
     with serve_receiver(Receiver(secrets=[], hold=hold)) as hanging, serve_receiver(Receiver(secrets=[])) as fine:
-        hanging_id, _ = add_endpoint(db, hanging.url)
-        fine_id, _ = add_endpoint(db, fine.url)
+        # Both take message.received only: the send below emits message.status events of its own.
+        hanging_id, _ = add_endpoint(db, hanging.url, event_types=["message.received"])
+        fine_id, _ = add_endpoint(db, fine.url, event_types=["message.received"])
         add_events(db, 40)
         nid = enqueue(db, to="+5511987654321", message=TEXT)
         s = push_settings(worker_settings(settings, sim.base_url), dry_run=False, delivery_timeout=60.0,
