@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from .delivery_policy import DEFAULT_DISABLE_AFTER_DAYS, DEFAULT_SCHEDULE, DeliveryPolicy
 from .retry import RetryPolicy
 
 DEFAULT_GRAPH_API_BASE_URL = "https://graph.facebook.com/v23.0"  # pinned: the version of the spec we test against
@@ -302,6 +303,13 @@ class Settings:
     service_window: str = "off"            # enforce: non-template messages outside the 24-hour window go dead
     # Fernet keys (comma-separated, the first encrypts) for the secrets stored in Postgres (secret_box.py)
     secret_keys: tuple[str, ...] = field(default=(), repr=False)
+    # pushes to endpoints (worker/_deliverer.py, delivery_policy.py)
+    delivery_concurrency: int = 8          # deliveries in flight per worker process (their own threads)
+    delivery_per_endpoint: int = 4         # of which at most this many to one endpoint (a dead one cannot take all)
+    delivery_timeout: float = 15.0         # seconds for an endpoint to answer; past it the attempt failed
+    delivery_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # seconds before each retry; then the delivery is failed
+    endpoint_disable_after_days: float = DEFAULT_DISABLE_AFTER_DAYS  # failing continuously this long: disabled
+    endpoints_allow_private: bool = False  # true: http and loopback/private addresses allowed (development, tests)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -376,10 +384,24 @@ class Settings:
             secret_keys=_parse(env, "WA_OUTBOX_SECRET_KEY", (), _fernet_keys,
                                "Fernet keys, comma-separated (the first encrypts): `wa-outbox secrets generate-key`",
                                shown=_secret),
+            delivery_concurrency=_parse(env, "WA_OUTBOX_DELIVERY_CONCURRENCY", 8, _positive_int,
+                                        "a positive number of concurrent deliveries to endpoints"),
+            delivery_per_endpoint=_parse(env, "WA_OUTBOX_DELIVERY_PER_ENDPOINT", 4, _positive_int,
+                                         "a positive number of concurrent deliveries to one endpoint"),
+            delivery_timeout=_parse(env, "WA_OUTBOX_DELIVERY_TIMEOUT", 15.0, _positive_float, "seconds, e.g. 15"),
+            delivery_schedule=_parse(env, "WA_OUTBOX_DELIVERY_SCHEDULE", DEFAULT_SCHEDULE, _schedule,
+                                     "comma-separated seconds before each retry, e.g. 5,300,1800,7200"),
+            endpoint_disable_after_days=_parse(env, "WA_OUTBOX_ENDPOINT_DISABLE_AFTER_DAYS",
+                                               DEFAULT_DISABLE_AFTER_DAYS, _positive_float, "days, e.g. 5"),
+            endpoints_allow_private=_parse(env, "WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE", False, _bool,
+                                           "true or false (true: http and private addresses, for development)"),
         )
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_base_seconds, self.retry_max_seconds, self.max_attempts)
+
+    def delivery_policy(self) -> DeliveryPolicy:
+        return DeliveryPolicy(self.delivery_schedule, self.endpoint_disable_after_days)
 
     def require(self, *names: str) -> Settings:
         """Raise ConfigError for the first of the named settings that is unset (the process's role needs it)."""
@@ -405,6 +427,10 @@ class Settings:
             raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
                               f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "
                               f"({self.connect_timeout + self.send_timeout + 5:g}), or live sends would be rescued")
+        if self.lease_seconds <= self.delivery_timeout + 5:
+            raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
+                              f"WA_OUTBOX_DELIVERY_TIMEOUT + 5 s ({self.delivery_timeout + 5:g}), or live deliveries "
+                              "would be rescued")
         return self
 
 
@@ -456,6 +482,10 @@ def _handlers(raw: str) -> tuple[str, ...]:
     if not all(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", p) for p in paths):
         raise ValueError
     return paths
+
+
+def _schedule(raw: str) -> tuple[float, ...]:
+    return tuple(_non_negative_float(part) for part in raw.split(","))
 
 
 def _bool(raw: str) -> bool:
