@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from .states import MessageStatus, WebhookEventKind
+from .states import DeliveryStatus, EndpointState, MessageStatus, WebhookEventKind
 
 if TYPE_CHECKING:
     from .queries import MetricTotal, QueueCount
@@ -68,6 +68,20 @@ class InboundResult(enum.StrEnum):
     WAITING = "waiting"        # queued again without spending an attempt
     DEAD = "dead"
     LEASE_LOST = "lease_lost"  # another worker holds it now
+
+
+class DeliveryOutcome(enum.StrEnum):
+    """`outcome` of wa_outbox_deliveries_total: one attempt to push an event to an endpoint."""
+    DELIVERED = "delivered"
+    RETRY = "retry"            # failed; another attempt scheduled
+    FAILED = "failed"          # failed, and the schedule ran out: replayable
+    GONE = "gone"              # 410: the endpoint is disabled
+
+
+class EndpointDisabledReason(enum.StrEnum):
+    """`reason` of wa_outbox_endpoints_disabled_total (delivery_policy.DisabledReason)."""
+    GONE = "gone"
+    FAILING = "failing"
 
 
 webhook_events = Counter("wa_outbox_webhook_events_total",
@@ -122,7 +136,9 @@ def _status_label(status: object) -> str:
     return f"{code // 100}xx" if 100 <= code <= 599 else "other"
 
 _QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead", "failed"),
-                   "webhook_events": ("queued", "processing", "dead")}
+                   "webhook_events": ("queued", "processing", "dead"),
+                   # not yet delivered (queued: its age is the oldest undelivered's), and failed (replayable)
+                   "deliveries": (DeliveryStatus.QUEUED, DeliveryStatus.DELIVERING, DeliveryStatus.FAILED)}
 
 # --- what the workers count -----------------------------------------------------------------------------------------
 # name → (help, label names, label values always shown even at 0: so alerts and dashboards find a series from the
@@ -143,6 +159,12 @@ WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ..
         "lease_lost)", ("kind", "result"),
         tuple((kind.value, result.value) for kind in WebhookEventKind for result in InboundResult)),
     "wa_outbox_handler_failures_total": ("Inbound handler calls that raised", (), ((),)),
+    "wa_outbox_deliveries_total": (
+        "Delivery attempts to endpoints by outcome (delivered, retry, failed: the schedule ran out, gone: 410)",
+        ("outcome",), tuple((outcome.value,) for outcome in DeliveryOutcome)),
+    "wa_outbox_endpoints_disabled_total": (
+        "Endpoints the workers disabled, by reason (gone: it answered 410, failing: it failed for N days)",
+        ("reason",), tuple((reason.value,) for reason in EndpointDisabledReason)),
 }
 SEND_DURATION = "wa_outbox_send_duration_seconds"
 SEND_DURATION_HELP = "Cloud API call latency, from request to answer (or timeout)"
@@ -233,6 +255,10 @@ def database_families(queue_rows: list[QueueCount] | None,
                                   "Seconds since the most recent worker heartbeat (-1: no worker ever)")
     paused = GaugeMetricFamily("wa_outbox_senders_paused",
                                "Sender numbers paused by throttling or errors that need a human")
+    endpoints = GaugeMetricFamily("wa_outbox_endpoints", "Endpoints by state (enabled, disabled)", labels=("state",))
+    lag = GaugeMetricFamily("wa_outbox_deliveries_lag_seconds",
+                            "How far the push engine is behind: the age of the oldest event an enabled endpoint has "
+                            "not had dispatched, or how long the most overdue due delivery has waited for a worker")
     if queue_rows is not None:
         seen = {(r.queue, r.status): (r.rows, r.age) for r in queue_rows}
         for queue, statuses in _QUEUE_STATUSES.items():
@@ -243,5 +269,8 @@ def database_families(queue_rows: list[QueueCount] | None,
         alive.add_metric([], float(seen.get(("workers", "alive"), (0, 0))[0]))
         heartbeat.add_metric([], float(seen.get(("workers", "alive"), (0, -1))[1]))
         paused.add_metric([], float(seen.get(("senders", "paused"), (0, 0))[0]))
-    yield from (rows, ages, alive, heartbeat, paused)
+        for state in EndpointState:
+            endpoints.add_metric((state.value,), float(seen.get(("endpoints", state.value), (0, 0))[0]))
+        lag.add_metric([], float(seen.get(("deliveries", "lag"), (0, 0))[1]))
+    yield from (rows, ages, alive, heartbeat, paused, endpoints, lag)
     yield from worker_families(worker_rows or ())

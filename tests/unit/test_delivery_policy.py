@@ -8,8 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from wa_outbox.config import ConfigError, Settings
-from wa_outbox.delivery_policy import DEFAULT_SCHEDULE, RETRY_AFTER_CAP, DeliveryPolicy, Verdict, judge, \
-    retry_after_seconds
+from wa_outbox.delivery_policy import (
+    DEFAULT_SCHEDULE,
+    RETRY_AFTER_CAP,
+    DeliveryPolicy,
+    Verdict,
+    judge,
+    retry_after_seconds,
+)
 
 
 @pytest.mark.parametrize(("code", "verdict"), [
@@ -47,7 +53,8 @@ def test_retry_after_is_honoured_within_bounds():
     assert policy.next_attempt_in(3, retry_after=1) is None                  # nor past the last attempt
     assert retry_after_seconds("120") == 120 and retry_after_seconds(" 1.5 ") == 1.5
     assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") is None
-    assert retry_after_seconds("-3") is None and retry_after_seconds(None) is None and retry_after_seconds("inf") is None
+    assert retry_after_seconds("-3") is None and retry_after_seconds(None) is None
+    assert retry_after_seconds("inf") is None
 
 
 def test_a_short_schedule_is_data():

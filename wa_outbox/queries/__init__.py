@@ -29,6 +29,18 @@ from .console import (
     console_volatile_calls,
     support_role_state,
 )
+from .deliveries import (
+    ClaimedDelivery,
+    Dispatched,
+    EndpointDisabled,
+    EndpointFailing,
+    RescuedDelivery,
+    claim_deliveries,
+    disable_endpoints,
+    dispatch_events,
+    record_deliveries,
+    rescue_deliveries,
+)
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -141,6 +153,16 @@ from .workers import (
 __all__ = [
     "RegisteredBusinessAccount", "RegisteredSender", "StoredAppSecret", "StoredToken", "registry_app_secrets",
     "registry_business_accounts", "registry_senders", "sender_token",
+    "ClaimedDelivery",
+    "Dispatched",
+    "EndpointDisabled",
+    "EndpointFailing",
+    "RescuedDelivery",
+    "claim_deliveries",
+    "disable_endpoints",
+    "dispatch_events",
+    "record_deliveries",
+    "rescue_deliveries",
     "CampaignChunk",
     "CampaignOnPage",
     "CampaignPaused",

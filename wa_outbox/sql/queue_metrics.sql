@@ -17,3 +17,21 @@ SELECT 'workers', 'alive', count(*) FILTER (WHERE heartbeat_at > now() - interva
 FROM wa_outbox.workers
 UNION ALL
 SELECT 'senders', 'paused', count(*) FILTER (WHERE paused_until > now()), 0 FROM wa_outbox.rate_limits
+UNION ALL  -- deliveries to endpoints: queued (its age: the oldest undelivered event's wait), in flight, failed
+SELECT 'deliveries', status, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+FROM wa_outbox.deliveries WHERE status IN ('queued', 'delivering', 'failed') GROUP BY status
+UNION ALL
+SELECT 'endpoints', state, count(*), 0 FROM wa_outbox.endpoints GROUP BY state
+UNION ALL  -- how far the push engine is behind (wa_outbox_deliveries_lag_seconds): the oldest event an enabled
+-- endpoint has not had dispatched (one index probe per endpoint), or the most overdue due delivery of one
+SELECT 'deliveries', 'lag', 0, coalesce(greatest(
+    (SELECT extract(epoch FROM now() - min(next.occurred_at)) FROM wa_outbox.endpoints e
+     CROSS JOIN LATERAL (SELECT ev.occurred_at FROM wa_outbox.events ev
+                         WHERE (ev.txid, ev.seq) > (e.cursor_txid, e.cursor_seq)
+                         ORDER BY ev.txid, ev.seq LIMIT 1) next
+     WHERE e.state = 'enabled'),
+    (SELECT extract(epoch FROM now() - min(d.next_attempt_at)) FROM wa_outbox.endpoints e
+     CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM wa_outbox.deliveries d
+                         WHERE d.endpoint_id = e.id AND d.status = 'queued' AND d.next_attempt_at <= now()
+                         ORDER BY d.next_attempt_at LIMIT 1) d
+     WHERE e.state = 'enabled')), 0)

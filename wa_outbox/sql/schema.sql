@@ -1340,10 +1340,12 @@ CREATE TABLE wa_outbox.deliveries (
     CHECK ((status = 'delivering') = (locked_until IS NOT NULL))
 )
 WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
-CREATE INDEX deliveries_due ON wa_outbox.deliveries (next_attempt_at) WHERE status = 'queued';
+-- The claim walks each enabled endpoint's due deliveries (a few per endpoint, fairly across endpoints).
+CREATE INDEX deliveries_due ON wa_outbox.deliveries (endpoint_id, next_attempt_at) WHERE status = 'queued';
 CREATE INDEX deliveries_leased ON wa_outbox.deliveries (locked_until) WHERE status = 'delivering';
--- Ordered endpoints: "is an earlier event of this conversation still to be delivered?" is one probe.
-CREATE INDEX deliveries_conversation ON wa_outbox.deliveries (endpoint_id, phone_number_id, wa_id, event_seq)
+-- Ordered endpoints: "is an earlier event of this conversation still to be delivered?" is one probe. Earlier is
+-- a smaller id: one endpoint's deliveries are inserted in the feed's order, (txid, seq), by its dispatch.
+CREATE INDEX deliveries_conversation ON wa_outbox.deliveries (endpoint_id, phone_number_id, wa_id, id)
     WHERE status IN ('queued', 'delivering');
 CREATE INDEX deliveries_failed ON wa_outbox.deliveries (endpoint_id, id) WHERE status = 'failed';
 

@@ -8,6 +8,8 @@ Threads of one worker:
   all there is with WA_OUTBOX_LISTEN=false), and a sender paused by any worker stops here too before its reserved
   slots (without the listener, only the worker that was throttled stops at once);
 - inbound: drains webhook_events (`_inbound.py`);
+- deliveries: pushes events to endpoints (`_deliverer.py`: dispatch, claim, record), with deliver-N threads of its
+  own (WA_OUTBOX_DELIVERY_CONCURRENCY), woken by LISTEN wa_outbox_events;
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
 is guarded, so no leader is needed.
@@ -35,6 +37,7 @@ from ..config import Settings, redact_url, scrub
 from ..metrics import WorkerMetrics, worker_families
 from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
+from ._deliverer import Deliverer
 from ._heartbeat import MetricsFlusher, beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
 from ._reconciler import release_stalled_lines, settle_unknown
@@ -45,6 +48,7 @@ from ._transport import DryRunTransport, GraphTransport, Transport
 log = logging.getLogger("wa_outbox.worker")
 
 NOTIFY_CHANNEL = "wa_outbox_notifications"
+EVENTS_CHANNEL = "wa_outbox_events"   # NOTIFYed by every statement that writes events: dispatch them now
 MAINTENANCE_INTERVAL = 5.0
 INBOUND_IDLE_WAIT = 0.5
 READY_BACKOFF_BASE = 1.0   # seconds: first wait for a database that is away or not migrated at start
@@ -116,6 +120,7 @@ class Worker:
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
             self.policy, settings.lease_seconds, metrics=self.metrics)
+        self.deliverer = Deliverer(self.engine, settings, self.worker_id, self.metrics)
         self._metrics_server: WSGIServer | None = None
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
@@ -137,7 +142,8 @@ class Worker:
         # server connection ran it and its notifications reach other clients (docs/scaling.md); polling finds the work.
         for name, target in (("recorder", lambda: self.sender.record(self._recorder_done)),
                              *([("listener", self._listen)] if self.settings.listen else []),
-                             ("inbound", self._inbound_loop), ("maintenance", self._maintenance_loop)):
+                             ("inbound", self._inbound_loop), ("maintenance", self._maintenance_loop),
+                             ("deliveries", lambda: self.deliverer.run(self.stopping))):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -149,6 +155,7 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
         self.sender.wake.set()
+        self.deliverer.wake.set()
 
     def _shutdown(self) -> None:
         log.info("worker %s stopping: %d sends in flight", self.worker_id, self.sender.in_flight)
@@ -161,8 +168,8 @@ class Worker:
             log.warning("%d sends still in flight at the end of the grace: their leases expire and they are "
                         "settled as unknown", left)
         self._recorder_done.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        for thread in self._threads:  # the deliveries' thread drains within the same grace, beside the sends
+            thread.join(timeout=self.settings.shutdown_grace + 5 if thread.name == "deliveries" else 5)
         try:  # the final totals, then folded into the 'retired' rows: /metrics' sums never go backwards
             self.metrics_flusher.flush()
             self.metrics_flusher.retire(stopping=True)
@@ -173,6 +180,7 @@ class Worker:
         except Exception:  # noqa: BLE001 - best effort: a stale heartbeat row is only shown as not alive
             pass
         self.transport.close()
+        self.deliverer.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
@@ -180,7 +188,9 @@ class Worker:
 
     def _info(self) -> dict:
         return {"in_flight": self.sender.in_flight, **self.sender.stats, **{f"inbound_{k}": v for k, v in
-                                                                           self.inbound.stats.items()}}
+                                                                           self.inbound.stats.items()},
+                "deliveries_in_flight": self.deliverer.in_flight,
+                **{f"deliveries_{k}": v for k, v in self.deliverer.stats.items()}}
 
     # --- threads -------------------------------------------------------------------------------------------------
 
@@ -196,11 +206,16 @@ class Worker:
                 with db.connect(self.settings, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
                                 application_name="wa-outbox-listener") as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     self.listening.set()
                     failures = 0
                     self.sender.wake.set()  # anything enqueued while we were not listening
+                    self.deliverer.on_events()
                     while not self.stopping.is_set():
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
+                            if notify.channel == EVENTS_CHANNEL:
+                                self.deliverer.on_events()
+                                continue
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
                             self.sender.wake.set()
             except psycopg.Error as exc:
@@ -259,6 +274,7 @@ class Worker:
         """One round of maintenance (also callable from tests)."""
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
                      lambda: rescue(self.engine, self.worker_id, self.policy, metrics=self.metrics),
+                     self.deliverer.rescue,
                      self._settle_unknown,
                      lambda: release_stalled_lines(self.engine),
                      self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too

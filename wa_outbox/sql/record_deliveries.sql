@@ -1,0 +1,41 @@
+-- Record a batch of delivery attempts (%(outcomes)s: a JSON array of {id, endpoint_id, attempt, status, next_in,
+-- status_code, latency_ms, response_head, error}) in one statement: every attempt into delivery_attempts, each
+-- delivery's new state (delivered, queued again after next_in seconds, or failed), and each endpoint's
+-- failing_since (cleared by a success in the batch, else set at its first failure). Only rows this worker still
+-- holds under the lease of that attempt move; the attempt is recorded either way (it happened).
+-- Returns the endpoints that failed in this batch with their failing_since, for the N-days rule (delivery_policy.py).
+-- Safe to repeat: each attempt is keyed (delivery, attempt), each row moves only from `delivering` under our lease.
+WITH outcome AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o(
+        id bigint, endpoint_id text, attempt int, status text, next_in double precision, status_code int,
+        latency_ms double precision, response_head text, error text)
+), attempt AS (
+    INSERT INTO wa_outbox.delivery_attempts (delivery_id, attempt, endpoint_id, status_code, latency_ms,
+                                            response_head, error)
+    SELECT o.id, o.attempt, o.endpoint_id, o.status_code, o.latency_ms, o.response_head, o.error
+    FROM outcome o WHERE EXISTS (SELECT 1 FROM wa_outbox.deliveries d WHERE d.id = o.id)
+    ON CONFLICT (delivery_id, attempt) DO NOTHING
+), moved AS (
+    UPDATE wa_outbox.deliveries d
+    SET status = o.status, locked_by = NULL, locked_until = NULL, updated_at = now(),
+        next_attempt_at = CASE WHEN o.status = 'queued' THEN now() + make_interval(secs => o.next_in)
+                               ELSE d.next_attempt_at END,
+        last_status_code = o.status_code, last_error = o.error,
+        delivered_at = CASE WHEN o.status = 'delivered' THEN now() END
+    FROM outcome o
+    WHERE d.id = o.id AND d.status = 'delivering' AND d.locked_by = %(worker_id)s AND d.attempts = o.attempt
+    RETURNING d.id
+), per_endpoint AS (
+    SELECT endpoint_id, bool_or(status = 'delivered') AS succeeded FROM outcome GROUP BY endpoint_id
+), health AS (
+    UPDATE wa_outbox.endpoints en
+    SET failing_since = CASE WHEN p.succeeded THEN NULL ELSE now() END
+    FROM per_endpoint p
+    WHERE en.id = p.endpoint_id
+      AND ((p.succeeded AND en.failing_since IS NOT NULL) OR (NOT p.succeeded AND en.failing_since IS NULL))
+    RETURNING en.id
+)  -- (data-modifying CTEs run whole whether read or not)
+-- failing_since as it was before this batch (NULL: it starts failing now, so not for N days yet)
+SELECT en.id AS endpoint_id, en.failing_since, now() AS now
+FROM wa_outbox.endpoints en JOIN per_endpoint p ON p.endpoint_id = en.id
+WHERE NOT p.succeeded AND en.state = 'enabled'

@@ -1,0 +1,275 @@
+"""The push engine of one worker: events become deliveries (dispatch), deliveries are claimed under a lease, POSTed
+signed to their endpoints on this engine's own threads, and their outcomes recorded in batches.
+
+One thread (`run`) does the database work in a loop: record the outcomes waiting, dispatch when woken by NOTIFY
+wa_outbox_events (the worker's listener) or every poll interval, then claim as many due deliveries as it has free
+threads (claim_deliveries.sql: at most WA_OUTBOX_DELIVERY_PER_ENDPOINT in flight to one endpoint, fairly across
+endpoints; ordered endpoints one delivery per conversation at a time). WA_OUTBOX_DELIVERY_CONCURRENCY threads do the
+HTTP (`_push.py`), apart from the send threads: a slow or dead endpoint never slows sends, webhook processing, or
+(beyond its own few threads) another endpoint. delivery_policy.py judges each answer.
+
+At least once: a delivery is `delivering` under a lease while its POST runs; a worker that dies leaves it to the
+rescuer (rescue_deliveries.sql), which queues it again once the lease expires. A receiver deduplicates by the
+webhook-id, the same on every attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import sqlalchemy as sa
+
+from .. import queries
+from ..config import Settings, scrub
+from ..delivery_policy import DisabledReason, Verdict, judge
+from ..events import envelope_bytes, event_id
+from ..metrics import DeliveryOutcome, WorkerMetrics
+from ..retry import backoff_seconds
+from ..secret_box import SecretBox
+from ..states import DeliveryStatus
+from ._push import PushResult, PushTransport, signature_header
+
+log = logging.getLogger("wa_outbox.deliveries")
+
+DISPATCH_BATCH = 1000       # events per endpoint per dispatch statement
+FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between rounds while the database is away
+RESCUE_LIMIT = 1000
+
+
+def one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+class Deliverer:
+    def __init__(self, engine: sa.Engine, settings: Settings, worker_id: str, metrics: WorkerMetrics,
+                 transport: PushTransport | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.policy = settings.delivery_policy()
+        self.concurrency = settings.delivery_concurrency
+        self.transport = transport or PushTransport(timeout=settings.delivery_timeout,
+                                                    allow_private=settings.endpoints_allow_private,
+                                                    pool_size=settings.delivery_per_endpoint)
+        self.wake = threading.Event()        # a delivery ended, events were written (NOTIFY), or stop
+        self.dispatch_wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()  # endpoint id -> deliveries in flight on this worker's threads
+        self._outcomes: queue.Queue[tuple[queries.ClaimedDelivery, PushResult, dict]] = queue.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver")
+        self._box: SecretBox | None = None
+        self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
+        self.rounds = 0                        # loop rounds done (a signal for tests)
+        self.stats: Counter[str] = Counter()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(self._held.values())
+
+    def on_events(self) -> None:
+        """NOTIFY wa_outbox_events: events were committed; dispatch them now."""
+        self.dispatch_wanted.set()
+        self.wake.set()
+
+    # --- the loop (its own thread) ---------------------------------------------------------------------------------
+
+    def run(self, stopping: threading.Event) -> None:
+        failures = 0
+        next_dispatch = 0.0
+        while not stopping.is_set():
+            self.wake.clear()
+            busy = False
+            try:
+                self.record_waiting()
+                if self.dispatch_wanted.is_set() or time.monotonic() >= next_dispatch:
+                    self.dispatch_wanted.clear()
+                    next_dispatch = time.monotonic() + self.settings.poll_interval
+                    if self.dispatch():
+                        self.dispatch_wanted.set()  # a full batch: there is more
+                        busy = True
+                free = self.concurrency - self.in_flight
+                if free > 0:
+                    busy = self.claim(free) == free or busy
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
+                failures += 1
+                delay = backoff_seconds(failures, base=self.settings.poll_interval,
+                                        cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
+                log.warning("deliveries round failed (%d in a row), next try in %.1f s: %s", failures, delay,
+                            scrub(one_line(exc), self.settings.database_url))
+                stopping.wait(delay)
+                continue
+            finally:
+                self.rounds += 1
+            if not busy:
+                self.wake.wait(self.settings.poll_interval)
+        self.drain(self.settings.shutdown_grace)
+
+    def dispatch(self) -> bool:
+        """Turn committed events into deliveries for every enabled endpoint; True when a batch was full."""
+        rows = queries.dispatch_events(self.engine, batch=DISPATCH_BATCH)
+        return any(row.scanned >= DISPATCH_BATCH for row in rows)
+
+    def claim(self, free: int) -> int:
+        with self._lock:
+            held = json.dumps({k: v for k, v in self._held.items() if v})
+        rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id,
+                                        lease_seconds=self.settings.lease_seconds, limit=free,
+                                        per_endpoint=self.settings.delivery_per_endpoint, held=held)
+        for row in rows:
+            with self._lock:
+                self._held[row.endpoint_id] += 1
+            self._executor.submit(self._deliver, row)
+        return len(rows)
+
+    # --- one delivery (a delivery thread) --------------------------------------------------------------------------
+
+    def _deliver(self, row: queries.ClaimedDelivery) -> None:
+        try:
+            result = self._post(row)
+        except Exception as exc:  # a bug of ours: recorded as a failed attempt, retried
+            log.exception("delivery %s crashed", row.id)
+            result = PushResult(error=f"delivery crashed: {type(exc).__name__}: {exc}"[:500])
+        self._outcomes.put((row, result, self._outcome(row, result)))
+        with self._lock:
+            self._held[row.endpoint_id] -= 1
+        self.wake.set()
+
+    def _post(self, row: queries.ClaimedDelivery) -> PushResult:
+        body = envelope_bytes(row.event_seq, row.type, row.occurred_at, row.data)
+        msg_id = event_id(row.event_seq)
+        try:
+            secrets = [self._secret(row.secret_enc)]
+            if row.previous_signs and row.previous_secret_enc is not None:
+                secrets.append(self._secret(row.previous_secret_enc))
+        except Exception as exc:  # noqa: BLE001 - no key, or a key that does not decrypt it: the message says which
+            return PushResult(error=f"cannot sign: {one_line(exc)}")
+        timestamp = int(time.time())
+        headers = {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
+                   "webhook-signature": signature_header(secrets, msg_id, timestamp, body)}
+        return self.transport.post(row.url, body, headers)
+
+    def _secret(self, token: bytes) -> str:
+        token = bytes(token)
+        secret = self._secrets.get(token)
+        if secret is None:
+            if self._box is None:
+                self._box = SecretBox.of(self.settings, "endpoint secrets")
+            secret = self._box.decrypt(token)
+            if len(self._secrets) > 1000:
+                self._secrets.clear()
+            self._secrets[token] = secret
+        return secret
+
+    def _outcome(self, row: queries.ClaimedDelivery, result: PushResult) -> dict:
+        verdict = judge(result.status_code)
+        next_in = None
+        if verdict is Verdict.DELIVERED:
+            status = DeliveryStatus.DELIVERED
+        else:
+            # 410 too: the endpoint is disabled and this delivery keeps its place (and its attempts) in the queue
+            next_in = self.policy.next_attempt_in(row.attempts, result.retry_after)
+            status = DeliveryStatus.FAILED if next_in is None else DeliveryStatus.QUEUED
+        error = result.error
+        if error is None and verdict is not Verdict.DELIVERED:
+            error = f"HTTP {result.status_code}" + (" (redirects are not followed)"
+                                                    if 300 <= (result.status_code or 0) < 400 else "")
+        return {"id": row.id, "endpoint_id": row.endpoint_id, "attempt": row.attempts, "status": status.value,
+                "next_in": next_in, "status_code": result.status_code, "latency_ms": round(result.latency_ms, 3),
+                "response_head": result.head, "error": error, "verdict": verdict.value}
+
+    # --- recording (the loop's thread) -----------------------------------------------------------------------------
+
+    def record_waiting(self) -> int:
+        """Record every outcome waiting, in one statement; disable the endpoints the policy says to."""
+        batch = []
+        while True:
+            try:
+                batch.append(self._outcomes.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return 0
+        try:
+            failing = queries.record_deliveries(self.engine, worker_id=self.worker_id,
+                                                outcomes=json.dumps([entry for _, _, entry in batch]))
+        except Exception:
+            for item in batch:  # kept for the next round; the lease is the safety net
+                self._outcomes.put(item)
+            raise
+        disable = {entry["endpoint_id"]: DisabledReason.GONE for _, _, entry in batch
+                   if entry["verdict"] == Verdict.GONE}
+        for endpoint in failing:
+            if endpoint.endpoint_id not in disable and self.policy.failing_too_long(endpoint.failing_since,
+                                                                                     endpoint.now):
+                disable[endpoint.endpoint_id] = DisabledReason.FAILING
+        if disable:
+            self._disable(disable)
+        for row, result, entry in batch:
+            self._count(row, result, entry)
+        return len(batch)
+
+    def _disable(self, disable: dict[str, DisabledReason]) -> None:
+        done = queries.disable_endpoints(self.engine, disabled=json.dumps(
+            [{"id": endpoint, "reason": reason.value} for endpoint, reason in disable.items()]))
+        for endpoint in done:
+            self.metrics.count("wa_outbox_endpoints_disabled_total", reason=endpoint.reason)
+            why = ("it answered 410 Gone" if endpoint.reason == DisabledReason.GONE else
+                   f"it failed continuously for {self.policy.disable_after_days:g} days")
+            log.error("endpoint %s disabled: %s (`wa-outbox endpoints enable %s` resumes its queued deliveries)",
+                      endpoint.id, why, endpoint.id,
+                      extra={"alert": "endpoint_disabled", "endpoint_id": endpoint.id, "reason": endpoint.reason})
+
+    def _count(self, row: queries.ClaimedDelivery, result: PushResult, entry: dict) -> None:
+        if entry["verdict"] == Verdict.GONE:
+            outcome = DeliveryOutcome.GONE
+        else:
+            outcome = {DeliveryStatus.DELIVERED: DeliveryOutcome.DELIVERED,
+                       DeliveryStatus.QUEUED: DeliveryOutcome.RETRY,
+                       DeliveryStatus.FAILED: DeliveryOutcome.FAILED}[DeliveryStatus(entry["status"])]
+        self.stats[outcome.value] += 1
+        self.metrics.count("wa_outbox_deliveries_total", outcome=outcome.value)
+        if outcome is not DeliveryOutcome.DELIVERED:
+            log.info("delivery %s of %s to %s, attempt %d: %s%s", row.id, event_id(row.event_seq), row.endpoint_id,
+                     row.attempts, entry["error"],
+                     "" if entry["next_in"] is None else f"; next attempt in {entry['next_in']:.1f} s",
+                     extra={"endpoint_id": row.endpoint_id, "delivery_id": row.id, "status": entry["status"]})
+
+    # --- rescue and shutdown ---------------------------------------------------------------------------------------
+
+    def rescue(self) -> int:
+        rescued = queries.rescue_deliveries(self.engine, limit=RESCUE_LIMIT, max_attempts=self.policy.max_attempts)
+        if rescued:
+            log.warning("rescued %d deliveries from expired leases (%d failed: their last attempt was lost)",
+                        len(rescued), sum(r.status == DeliveryStatus.FAILED for r in rescued))
+        return len(rescued)
+
+    def drain(self, grace_seconds: float) -> int:
+        """Stop: wait (within the grace) for the deliveries in flight, record their outcomes; return how many were
+        still in flight (their leases expire and the rescuer queues them again)."""
+        deadline = time.monotonic() + grace_seconds
+        while self.in_flight and time.monotonic() < deadline:
+            self.wake.wait(0.05)
+            self.wake.clear()
+        left = self.in_flight
+        try:
+            self.record_waiting()
+        except Exception as exc:  # noqa: BLE001 - the leases bring them back
+            log.warning("could not record the last deliveries: %s", scrub(one_line(exc), self.settings.database_url))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if left:
+            log.warning("%d deliveries still in flight at the end of the grace: their leases expire and they are "
+                        "delivered again", left)
+        return left
+
+    def close(self) -> None:
+        self.transport.close()
