@@ -14,9 +14,10 @@ The audit, per endpoint, from the receivers' records against wa_outbox.events:
 - a delivery the reference library (`standardwebhooks`) does not verify, whose webhook-id is not the body's id, whose
   type or data differ from the event's row, or of an event the filter does not match;
 - duplicates (an event answered 2xx more than once: at least once allows them), counted and reported;
-- the ordered endpoint: within each conversation, every arrival's event seq at least the one before it (retries of
-  one event may repeat; a later event never comes before an earlier one is delivered), and no two events of one
-  conversation in flight at once;
+- the ordered endpoint: within each conversation, every arrival's event at least the one before it in the feed's
+  order (txid, seq) (retries of one event may repeat; a later event never comes before an earlier one is
+  delivered), and no two events of one conversation in flight at once; how often the feed's order put a higher seq
+  first is counted too;
 - the deliveries table: no delivery `failed` (the retry schedule ran out), one row per matching event, none other.
 """
 
@@ -147,8 +148,9 @@ class Endpoints:
     def audit(self) -> tuple[list[str], dict[str, Any]]:
         self.stop()  # every line written before we read
         with psycopg.connect(self.url) as conn:
-            events = {event_id(seq): (seq, type_, phone, wa_id, data) for seq, type_, phone, wa_id, data in
-                      conn.execute("SELECT seq, type, phone_number_id, wa_id, data FROM wa_outbox.events")}
+            events = {event_id(seq): (seq, type_, phone, wa_id, data, txid) for seq, type_, phone, wa_id, data, txid
+                      in conn.execute("SELECT seq, type, phone_number_id, wa_id, data, txid::text::bigint "
+                                      "FROM wa_outbox.events")}
             rows: dict[str, dict[str, Any]] = collections.defaultdict(dict)
             for endpoint_id, status, count, attempts in conn.execute(
                     "SELECT endpoint_id, status, count(*), sum(attempts) FROM wa_outbox.deliveries GROUP BY 1, 2"):
@@ -213,24 +215,29 @@ def audit_endpoint(e: Endpoint, events: dict[str, tuple], arrivals: list[dict[st
         "duplicate_deliveries": sum(c - 1 for c in duplicated.values()),
         "arrivals_per_event": {str(k): v for k, v in sorted(collections.Counter(tries.values()).items())}}
     if e.ordered:
-        regressions, overlaps, examples = 0, 0, []
+        # The order: the feed's, (txid, seq), which is the order the engine dispatches in and the feed shows. Two
+        # events of one conversation written by concurrent transactions can have their seqs the other way round
+        # (a seq is taken at INSERT, a txid at the transaction's first write): counted apart, not a violation.
+        def position(i: str) -> tuple[int, int]:
+            return expected[i][5], expected[i][0]
+        regressions, overlaps, seq_inversions, examples = 0, 0, 0, []
         last: dict[tuple, dict[str, Any]] = {}
         for a in arrivals:
             if a["id"] not in expected:
                 continue
-            seq, _, phone, wa_id, _ = expected[a["id"]]
+            _, _, phone, wa_id, _, _ = expected[a["id"]]
             before = last.get((phone, wa_id))
             if before is not None:
-                before_seq = expected[before["id"]][0]
-                if seq < before_seq:
+                if position(a["id"]) < position(before["id"]):
                     regressions += 1
                     examples.append((phone, wa_id, before["id"], a["id"]))
-                elif seq != before_seq and a["t_in"] < before["t_out"]:
-                    overlaps += 1  # the next event came before the last one was answered
-            if before is None or seq >= expected[before["id"]][0]:
+                elif a["id"] != before["id"]:
+                    seq_inversions += expected[a["id"]][0] < expected[before["id"]][0]
+                    overlaps += a["t_in"] < before["t_out"]  # the next event came before the last was answered
+            if before is None or position(a["id"]) >= position(before["id"]):
                 last[(phone, wa_id)] = a
         f.update(conversations=len({(v[2], v[3]) for v in expected.values()}), order_violations=regressions,
-                 in_flight_together=overlaps)
+                 in_flight_together=overlaps, seq_inverted_by_feed_order=seq_inversions)
         if regressions:
             problems.append(f"order: {regressions} arrivals came after a later event of their conversation, e.g. "
                             f"{examples[:3]}")
