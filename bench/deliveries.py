@@ -79,12 +79,12 @@ server.listen(Number(process.argv[1]), '127.0.0.1', () => console.log('listening
 """
 PENDING_SENDS = "SELECT count(*) FROM wa_outbox.notifications WHERE status IN ('queued', 'sending')"
 DELIVERED = "SELECT count(*) FROM wa_outbox.deliveries WHERE status = 'delivered'"
-# Events matching an enabled endpoint that are not delivered there yet (dispatched or not).
+# Deliveries still to make: queued or in flight, or events not dispatched yet (an endpoint's cursor behind the feed's
+# last event). Both from indexes (deliveries_due, deliveries_leased, events_feed): polling it costs the drain nothing.
 UNDELIVERED = """
-SELECT count(*) FROM wa_outbox.endpoints p
-JOIN wa_outbox.events e ON p.event_types IS NULL OR e.type = ANY (p.event_types)
-WHERE p.state = 'enabled' AND NOT EXISTS (SELECT 1 FROM wa_outbox.deliveries d
-                                          WHERE d.endpoint_id = p.id AND d.event_seq = e.seq AND d.status = 'delivered')
+SELECT (SELECT count(*) FROM wa_outbox.deliveries WHERE status IN ('queued', 'delivering'))
+     + (SELECT count(*) FROM wa_outbox.endpoints p WHERE p.state = 'enabled' AND EXISTS (
+            SELECT 1 FROM wa_outbox.events e WHERE (e.txid, e.seq) > (p.cursor_txid, p.cursor_seq)))
 """
 
 
@@ -165,7 +165,7 @@ def wait_until(conn: psycopg.Connection, query: str, done: Any, timeout: float, 
     while not done(conn.execute(query).fetchone()[0]):
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
 # --- push: deliveries/s beside the bare client ----------------------------------------------------------------------
@@ -173,14 +173,14 @@ def wait_until(conn: psycopg.Connection, query: str, done: Any, timeout: float, 
 
 FILL_EVENTS = """
 INSERT INTO wa_outbox.events (type, phone_number_id, wa_id, data)
-SELECT 'message.received', %(sender)s, w.wa_id, jsonb_build_object(
-    'schema_version', 1, 'phone_number_id', %(sender)s, 'display_phone_number', '15550783881',
+SELECT 'message.received', %(sender)s::text, w.wa_id, jsonb_build_object(
+    'schema_version', 1, 'phone_number_id', %(sender)s::text, 'display_phone_number', '15550783881',
     'account_id', '419561257915477', 'wa_id', w.wa_id,
     'contact', jsonb_build_object('profile', jsonb_build_object('name', 'Cliente ' || g), 'wa_id', w.wa_id),
     'message', jsonb_build_object('from', w.wa_id, 'id', 'wamid.BENCH' || g, 'timestamp', (1749416383 + g)::text,
                                   'type', 'text', 'text', jsonb_build_object('body', 'Olá, pedido ' || g || ' ✓')),
     'dedup_key', 'm:wamid.BENCH' || g, 'webhook_event_id', g, 'app_id', NULL)
-FROM generate_series(1, %(n)s) g CROSS JOIN LATERAL (SELECT '5511' || (900000000 + g)::text AS wa_id) w
+FROM generate_series(1, %(n)s::int) g CROSS JOIN LATERAL (SELECT '5511' || (900000000 + g)::text AS wa_id) w
 """
 
 
@@ -382,8 +382,8 @@ def main() -> None:
     setup = tuple(int(x) for x in args.setup.split("x"))
     server = server_url()
     node = subprocess.run(["node", "--version"], text=True, capture_output=True, check=False).stdout.strip()
-    facts = (f"{machine_facts(server)}; the receiver: Node.js {node} http; load average at start "
-             f"{os.getloadavg()[0]:.1f} (a machine shared with other work: compare the ratios)")
+    facts = (f"{machine_facts(server).replace('the simulator, ', '')}; the receiver: Node.js {node} http; load "
+             f"average at start {os.getloadavg()[0]:.1f} (a machine shared with other work: compare the ratios)")
     print(facts, flush=True)
     figures: dict[str, Any] = {}
     receiver = Receiver()
