@@ -115,6 +115,34 @@ def settings_env(url: str, processes_threads: tuple[int, int] | None = None) -> 
     return env
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: str) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def cpu_seconds(pids: list[int], database: str) -> dict[str, float]:
+    """CPU seconds used so far by these processes, and by the Postgres backends of `database` (those alive now)."""
+    used = {"clients": 0.0, "postgres": 0.0}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if int(pid) in pids:
+                used["clients"] += _cpu(pid)
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().decode(errors="replace")
+            if command.startswith("postgres:") and f" {database} " in command:
+                used["postgres"] += _cpu(pid)
+        except OSError:
+            continue
+    return used
+
+
 class Workers:
     """Worker processes (bench/outbox.py's _run_worker: imported and set up before the start barrier)."""
 
@@ -218,30 +246,65 @@ def _bare(url: str, bodies: list[tuple[bytes, dict[str, str]]], threads: int, st
 
     posters = [threading.Thread(target=post) for _ in range(threads)]
     start.wait()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for poster in posters:
         poster.start()
     for poster in posters:
         poster.join()
-    results.put((counts["done"], counts["failed"], time.perf_counter() - started))
+    results.put((counts["done"], counts["failed"], time.perf_counter() - started, time.process_time() - cpu))
 
 
-def bare_client(receiver: Receiver, bodies: list, setup: tuple[int, int]) -> float:
+def bare_client(receiver: Receiver, bodies: list, setup: tuple[int, int]) -> tuple[float, float]:
+    """Requests/s, and the clients' CPU ms per request."""
     processes, threads = setup
     start, results = SPAWN.Barrier(processes), SPAWN.Queue()
     clients = [SPAWN.Process(target=_bare, args=(receiver.url, bodies[i::processes], threads, start, results),
                              daemon=True) for i in range(processes)]
     for client in clients:
         client.start()
-    done, failed, elapsed = zip(*(results.get(timeout=600) for _ in clients), strict=True)
+    done, failed, elapsed, cpu = zip(*(results.get(timeout=600) for _ in clients), strict=True)
     for client in clients:
         client.join(10)
     if sum(failed):
         raise SystemExit(f"the bare client got {sum(failed)} answers other than 200")
-    return sum(done) / max(elapsed)
+    return sum(done) / max(elapsed), 1000 * sum(cpu) / sum(done)
 
 
-def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int]) -> dict[str, Any]:
+# Where a worker's threads spend their time during the push (py-spy, every thread, idle or not), by the first step a
+# stack passes through.
+PROFILE_STEPS = (
+    ("delivery thread: HTTP request and answer (urllib3, http.client)", ("_deliver (wa_outbox/worker/_deliverer.py",),
+     ("urlopen", "getresponse", "_make_request", "read (urllib3")),
+    ("delivery thread: signing, envelope, URL rule, resolving", ("_deliver (wa_outbox/worker/_deliverer.py",), ()),
+    ("delivery thread: idle, waiting for a claimed row", ("_worker (concurrent/futures/thread.py",), ()),
+    ("deliverer loop: claim (a statement, its commit)", ("claim (wa_outbox/worker/_deliverer.py",), ()),
+    ("deliverer loop: record (a statement, its commit)", ("record_waiting (wa_outbox/worker/_deliverer.py",), ()),
+    ("deliverer loop: dispatch (a statement, its commit)", ("dispatch (wa_outbox/worker/_deliverer.py",), ()),
+    ("deliverer loop: waiting to be woken", ("run (wa_outbox/worker/_deliverer.py",), ()),
+    ("the worker's other threads (sends, inbound, listener, maintenance)", ("wa_outbox/worker/",), ()),
+)
+
+
+def profile(pid: int, seconds: float) -> dict[str, float]:
+    """Percent of py-spy's samples of every thread of `pid` (idle ones too) in each of PROFILE_STEPS."""
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if py_spy is None:
+        raise SystemExit("--profile needs py-spy (pip install -e '.[bench]')")
+    raw = Path(tempfile.mkdtemp(prefix="wa-outbox-spy-")) / "raw.txt"
+    subprocess.run([py_spy, "record", "--pid", str(pid), "--idle", "--nonblocking", "--format", "raw", "--rate", "100",
+                    "--duration", str(max(1, int(seconds))), "--output", str(raw)], capture_output=True, check=False)
+    samples: dict[str, int] = {}
+    for line in (raw.read_text().splitlines() if raw.exists() else []):
+        stack, _, count = line.rpartition(" ")
+        step = next((name for name, marks, inner in PROFILE_STEPS
+                     if any(m in stack for m in marks) and (not inner or any(i in stack for i in inner))), "other")
+        samples[step] = samples.get(step, 0) + int(count)
+    shutil.rmtree(raw.parent, ignore_errors=True)
+    total = sum(samples.values()) or 1
+    return {name: round(100 * samples.get(name, 0) / total, 1) for name, *_ in (*PROFILE_STEPS, ("other",))}
+
+
+def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool = False) -> dict[str, Any]:
     clear(url)
     [secret] = add_endpoints(url, receiver, 1)
     with psycopg.connect(url) as conn:
@@ -249,20 +312,36 @@ def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int]) -> dict[s
     analyze(url)
     bodies = signed_bodies(url, secret)
     print(f"push: bare requests client, {setup[0]} x {setup[1]} threads, {n:,} signed bodies ...", flush=True)
-    bare = bare_client(receiver, bodies, setup)
-    print(f"push: {bare:,.0f} req/s; workers, {setup[0]} x {setup[1]} delivery threads ...", flush=True)
+    bare, bare_cpu = bare_client(receiver, bodies, setup)
+    print(f"push: {bare:,.0f} req/s ({bare_cpu:.2f} ms of client CPU each); workers, {setup[0]} x {setup[1]} "
+          "delivery threads ...", flush=True)
     workers = Workers(settings_env(url, setup), setup[0])
+    pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
+    profiled: dict[str, float] = {}
     try:
         with psycopg.connect(url, autocommit=True) as conn:
+            before = cpu_seconds(pids, database)
             started = workers.go()
+            if spy:  # a second into the push, for a third of what the bare client took
+                threading.Timer(1.0, lambda: profiled.update(profile(pids[0], n / bare / 3))).start()
             wait_until(conn, DELIVERED, lambda d: d >= n, 900, f"{n:,} deliveries")
             rate = n / (time.perf_counter() - started)
-            attempts = conn.execute("SELECT count(*) FROM wa_outbox.delivery_attempts").fetchone()[0]
+            after = cpu_seconds(pids, database)
+            # Attempts recorded by one statement share its transaction's now(): how many outcomes each recorded.
+            attempts, records = conn.execute("SELECT count(*), count(DISTINCT attempted_at) "
+                                             "FROM wa_outbox.delivery_attempts").fetchone()
     finally:
         workers.stop()
-    print(f"push: {rate:,.0f} deliveries/s ({rate / bare:.2f} of the bare client); {attempts:,} attempts recorded",
-          flush=True)
-    return {"deliveries_per_s": rate, "bare_per_s": bare, "ratio": rate / bare, "events": n, "attempts": attempts}
+    cpu = {k: round(1000 * (after[k] - before[k]) / n, 3) for k in after}
+    print(f"push: {rate:,.0f} deliveries/s ({rate / bare:.2f} of the bare client); {attempts:,} attempts recorded "
+          f"by {records:,} statements ({attempts / max(1, records):.1f} each); CPU ms per delivery: workers "
+          f"{cpu['clients']}, Postgres {cpu['postgres']}", flush=True)
+    for step, share in profiled.items():
+        print(f"  {share:5.1f}%  {step}")
+    return {"deliveries_per_s": rate, "bare_per_s": bare, "ratio": rate / bare, "events": n, "attempts": attempts,
+            "record_statements": records,
+            "cpu_ms_per_delivery": {"workers": cpu["clients"], "postgres": cpu["postgres"]},
+            "bare_cpu_ms_per_request": round(bare_cpu, 3), "profile": profiled}
 
 
 # --- drain: the send drain with two endpoints and without ----------------------------------------------------------
@@ -279,14 +358,20 @@ def drain(url: str, receiver: Receiver, n: int, endpoints: int) -> dict[str, Any
     analyze(url)
     processes, slots = DRAIN_SETUP
     workers = Workers(settings_env(url), processes, send_slots=slots)
+    pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
     result: dict[str, Any] = {"endpoints": endpoints}
     try:
         with psycopg.connect(url, autocommit=True) as conn:
+            before = cpu_seconds(pids, database)
             started = workers.go()
             wait_until(conn, PENDING_SENDS, lambda p: p == 0, 900, "the drain")
             drained = time.perf_counter() - started
+            after = cpu_seconds(pids, database)
             result["drain_per_s"] = n / drained
+            result["worker_cpu_ms_per_msg"] = round(1000 * (after["clients"] - before["clients"]) / n, 3)
+            result["postgres_cpu_ms_per_msg"] = round(1000 * (after["postgres"] - before["postgres"]) / n, 3)
             result["delivered_during_drain"] = conn.execute(DELIVERED).fetchone()[0]
+            result["dispatched_during_drain"] = conn.execute("SELECT count(*) FROM wa_outbox.deliveries").fetchone()[0]
             if endpoints:
                 wait_until(conn, UNDELIVERED, lambda p: p == 0, 900, "the drain's deliveries")
                 result["all_delivered_after_s"] = time.perf_counter() - started
@@ -294,8 +379,10 @@ def drain(url: str, receiver: Receiver, n: int, endpoints: int) -> dict[str, Any
             result["events"] = conn.execute("SELECT count(*) FROM wa_outbox.events").fetchone()[0]
     finally:
         workers.stop()
-    print(f"drain, {endpoints} endpoints: {result['drain_per_s']:,.0f} msgs/s" +
-          (f"; {result['delivered_during_drain']:,} delivered during the drain, all {result['deliveries']:,} after "
+    print(f"drain, {endpoints} endpoints: {result['drain_per_s']:,.0f} msgs/s; CPU ms per message: workers "
+          f"{result['worker_cpu_ms_per_msg']}, Postgres {result['postgres_cpu_ms_per_msg']}" +
+          (f"; {result['dispatched_during_drain']:,} dispatched and {result['delivered_during_drain']:,} delivered "
+           f"during the drain, all {result['deliveries']:,} after "
            f"{result['all_delivered_after_s']:.1f} s" if endpoints else ""), flush=True)
     return result
 
@@ -316,7 +403,10 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
     try:
         workers.go()
         webhook_bench.run_wrk(port, bodies, 2, connections)  # warm-up (imports, pools, prepared statements)
+        pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
+        before = cpu_seconds(pids, database)
         result = webhook_bench.run_wrk(port, bodies, duration, connections)
+        after = cpu_seconds(pids, database)
         with psycopg.connect(url, autocommit=True) as conn:
             events = conn.execute("SELECT count(*) FROM wa_outbox.events").fetchone()[0]
             delivered = conn.execute(DELIVERED).fetchone()[0]
@@ -324,8 +414,13 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
         workers.stop()
         webhook_bench.stop(web)
     print(f"ingest, {endpoints} endpoints: {result['rps']:,.0f} req/s, p99 {result['p99']:.1f} ms; {events:,} events, "
-          f"{delivered:,} delivered by the end", flush=True)
-    return {"endpoints": endpoints, "rps": result["rps"], "p50": result["p50"], "p99": result["p99"],
+          f"{delivered:,} delivered by the end; CPU seconds per second: the worker "
+          f"{(after['clients'] - before['clients']) / duration:.2f}, Postgres (web and worker) "
+          f"{(after['postgres'] - before['postgres']) / duration:.2f}", flush=True)
+    return {"endpoints": endpoints, "rps": result["rps"],
+            "worker_cpu_s_per_s": round((after["clients"] - before["clients"]) / duration, 3),
+            "postgres_cpu_s_per_s": round((after["postgres"] - before["postgres"]) / duration, 3),
+            "p50": result["p50"], "p99": result["p99"],
             "errors": result["errors"] + result["socket_errors"], "events": events, "delivered_by_end": delivered}
 
 
@@ -343,6 +438,14 @@ def results_json(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str,
     rows, tables = [], []
     if "push" in figures:
         p = figures["push"]
+        tables.append({"title": "Deliveries: push, CPU per delivery (ms) beside the bare client's per request",
+                       "columns": ["workers", "their Postgres backends", "bare requests client"],
+                       "rows": [[p["cpu_ms_per_delivery"]["workers"], p["cpu_ms_per_delivery"]["postgres"],
+                                 p["bare_cpu_ms_per_request"]]]})
+        if p.get("profile"):
+            tables.append({"title": "Deliveries: where one worker's threads spend the push (py-spy, every thread, "
+                                    "% of samples)", "columns": ["step", "%"],
+                           "rows": [[k, v] for k, v in p["profile"].items()]})
         rows.append(headline(f"event deliveries to a local receiver, {args.setup} delivery threads",
                              p["deliveries_per_s"], "deliveries/s", p["bare_per_s"],
                              "bare requests client, same threads, same signed bodies, same receiver", PUSH_GOAL))
@@ -371,6 +474,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="drain and ingest: alternations of none/two")
     parser.add_argument("--cases", default="push,drain,ingest")
     parser.add_argument("--quick", action="store_true", help="small sizes: does it start and finish?")
+    parser.add_argument("--profile", action="store_true",
+                        help="push: where a worker's threads spend their time (py-spy, in the bench extra)")
     add_json_argument(parser)
     args = parser.parse_args()
     if args.quick:
@@ -395,7 +500,7 @@ def main() -> None:
                 conn.execute("INSERT INTO wa_outbox.settings (key, value) VALUES ('default_phone_number_id', %s)",
                              (SENDER,))
             if "push" in cases:
-                figures["push"] = push(url, receiver, args.events, setup)  # type: ignore[arg-type]
+                figures["push"] = push(url, receiver, args.events, setup, args.profile)  # type: ignore[arg-type]
             if "drain" in cases:
                 figures["drain"] = [drain(url, receiver, args.messages, endpoints)
                                     for _ in range(args.rounds) for endpoints in (0, 2)]
