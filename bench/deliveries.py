@@ -304,6 +304,33 @@ def profile(pid: int, seconds: float) -> dict[str, float]:
     return {name: round(100 * samples.get(name, 0) / total, 1) for name, *_ in (*PROFILE_STEPS, ("other",))}
 
 
+def push_workers(url: str, n: int, setup: tuple[int, int], spy: bool) -> tuple:
+    """Workers started, timed until the n events are delivered: (rate, attempts, record statements, CPU before,
+    CPU after, profile)."""
+    workers = Workers(settings_env(url, setup), setup[0])
+    pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
+    profiled: dict[str, float] = {}
+    spying = None
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            before = cpu_seconds(pids, database)
+            started = workers.go()
+            if spy:  # a second into the push, for about a third of it
+                spying = threading.Timer(1.0, lambda: profiled.update(profile(pids[0], n / 1000 / 3)))
+                spying.start()
+            wait_until(conn, DELIVERED, lambda d: d >= n, 900, f"{n:,} deliveries")
+            rate = n / (time.perf_counter() - started)
+            after = cpu_seconds(pids, database)
+            # Attempts recorded by one statement share its transaction's now(): how many outcomes each recorded.
+            attempts, records = conn.execute("SELECT count(*), count(DISTINCT attempted_at) "
+                                             "FROM wa_outbox.delivery_attempts").fetchone()
+    finally:
+        if spying is not None:
+            spying.join()
+        workers.stop()
+    return rate, attempts, records, before, after, profiled
+
+
 def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool = False) -> dict[str, Any]:
     clear(url)
     [secret] = add_endpoints(url, receiver, 1)
@@ -315,23 +342,13 @@ def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool
     bare, bare_cpu = bare_client(receiver, bodies, setup)
     print(f"push: {bare:,.0f} req/s ({bare_cpu:.2f} ms of client CPU each); workers, {setup[0]} x {setup[1]} "
           "delivery threads ...", flush=True)
-    workers = Workers(settings_env(url, setup), setup[0])
-    pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
+    rate, attempts, records, before, after, _ = push_workers(url, n, setup, False)
     profiled: dict[str, float] = {}
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            before = cpu_seconds(pids, database)
-            started = workers.go()
-            if spy:  # a second into the push, for a third of what the bare client took
-                threading.Timer(1.0, lambda: profiled.update(profile(pids[0], n / bare / 3))).start()
-            wait_until(conn, DELIVERED, lambda d: d >= n, 900, f"{n:,} deliveries")
-            rate = n / (time.perf_counter() - started)
-            after = cpu_seconds(pids, database)
-            # Attempts recorded by one statement share its transaction's now(): how many outcomes each recorded.
-            attempts, records = conn.execute("SELECT count(*), count(DISTINCT attempted_at) "
-                                             "FROM wa_outbox.delivery_attempts").fetchone()
-    finally:
-        workers.stop()
+    if spy:  # a second pass, not measured: py-spy takes CPU from the process it samples
+        with psycopg.connect(url) as conn:
+            conn.execute("TRUNCATE wa_outbox.deliveries, wa_outbox.delivery_attempts")
+            conn.execute("UPDATE wa_outbox.endpoints SET cursor_txid = '0', cursor_seq = 0")
+        profiled = push_workers(url, n, setup, True)[5]
     cpu = {k: round(1000 * (after[k] - before[k]) / n, 3) for k in after}
     print(f"push: {rate:,.0f} deliveries/s ({rate / bare:.2f} of the bare client); {attempts:,} attempts recorded "
           f"by {records:,} statements ({attempts / max(1, records):.1f} each); CPU ms per delivery: workers "
