@@ -1051,7 +1051,8 @@ def report(n, elapsed, procs, pg, timeline, problems, f, args) -> None:
         print(f"chaos: endpoint {name}{' (ordered)' if e['ordered'] else ''}: {e['matching_events']:,} matching "
               f"events, {e['delivered_events']:,} delivered, {e['lost']} lost, {e['duplicate_events']} delivered "
               f"more than once ({e['duplicate_deliveries']} extra); {e['arrivals']:,} arrivals answered "
-              f"{e['answers']}; {e['unverified']} not verified by standardwebhooks, {e['mismatched']} not their "
+              f"{e['answers']} ({e['aborted_mid_body']} cut off mid-body by a SIGKILL); "
+              f"{e['unverified']} not verified by standardwebhooks, {e['mismatched']} not their "
               f"event's row, {e['unexpected']} outside the filter" +
               (f"; {e['conversations']} conversations, {e['order_violations']} out of order, "
                f"{e['in_flight_together']} overlapping" if e["ordered"] else ""))

@@ -188,6 +188,8 @@ def audit_endpoint(e: Endpoint, events: dict[str, tuple], arrivals: list[dict[st
                    ) -> tuple[dict[str, Any], list[str]]:
     """One endpoint's figures and violations, from its receiver's arrivals (in arrival order)."""
     problems: list[str] = []
+    aborted = [a for a in arrivals if a["answer"] == "aborted"]  # cut off mid-body (a SIGKILL): never a delivery
+    arrivals = [a for a in arrivals if a["answer"] != "aborted"]
     expected = {i: v for i, v in events.items() if e.matches(v[1])}
     ok = collections.Counter(a["id"] for a in arrivals if a["answer"] == "ok")
     tries = collections.Counter(a["id"] for a in arrivals)
@@ -210,6 +212,7 @@ def audit_endpoint(e: Endpoint, events: dict[str, tuple], arrivals: list[dict[st
     f: dict[str, Any] = {
         "id": e.id, "ordered": e.ordered, "event_types": e.event_types, "matching_events": len(expected),
         "arrivals": len(arrivals), "answers": dict(collections.Counter(a["answer"] for a in arrivals)),
+        "aborted_mid_body": len(aborted),
         "delivered_events": len(set(ok) & set(expected)), "lost": len(lost), "unexpected": len(unexpected),
         "unverified": len(unverified), "mismatched": len(mismatched), "duplicate_events": len(duplicated),
         "duplicate_deliveries": sum(c - 1 for c in duplicated.values()),

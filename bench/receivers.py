@@ -10,7 +10,8 @@ Which way an arrival is answered is drawn from random.Random("seed:webhook-id:n"
 id here: the same events meet the same faults from run to run, whatever order they come in. A line per arrival,
 written before the answer: {"n" (arrival order), "t_in", "t_out" (answered at), "id" (the webhook-id header),
 "body_id", "type", "data_sha" (data_digest() of its data), "answer" ("ok", "500", "hang", "drop"), "verified",
-"error"}; "ok" is the only answer a worker can take for a delivery (a hang is answered after it gave up).
+"error"}; "ok" is the only answer a worker can take for a delivery (a hang is answered after it gave up). A request
+whose body ends before its Content-Length (its worker SIGKILLed while sending) is recorded as "aborted", unanswered.
 Runs in a process of its own, so the harness's own threads do not slow it down.
 """
 
@@ -80,16 +81,23 @@ def handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             t_in = time.time()
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
             headers = {k.lower(): v for k, v in self.headers.items()}
             webhook_id = headers.get("webhook-id", "")
+            if len(body) < length:  # the sender died mid-body (a SIGKILLed worker): no request to verify or answer
+                recorder.record({"n": 0, "t_in": t_in, "t_out": time.time(), "id": webhook_id, "answer": "aborted",
+                                 "verified": None, "error": f"{len(body)} of {length} bytes, then the end"})
+                self.close_connection = True
+                return
             number, answer = recorder.arrive(webhook_id)
             verified, error, payload = False, None, {}
             try:
                 payload = recorder.webhook.verify(body, headers)
                 verified = True
             except (WebhookVerificationError, ValueError, UnicodeDecodeError) as exc:
-                error = f"{type(exc).__name__}: {exc}"[:200]
+                error = (f"{type(exc).__name__}: {exc} ({len(body)} bytes, timestamp "
+                         f"{headers.get('webhook-timestamp')!r} at {t_in:.0f})")[:300]
             if answer == "hang":
                 time.sleep(recorder.hang_seconds)
             data = payload.get("data") if isinstance(payload, dict) else None
