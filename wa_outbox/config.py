@@ -310,6 +310,7 @@ class Settings:
     delivery_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # seconds before each retry; then the delivery is failed
     endpoint_disable_after_days: float = DEFAULT_DISABLE_AFTER_DAYS  # failing continuously this long: disabled
     endpoints_allow_private: bool = False  # true: http and loopback/private addresses allowed (development, tests)
+    event_retention_days: int = 30         # events for apps (the feed) are kept this long (`wa-outbox prune`)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -395,6 +396,8 @@ class Settings:
                                                DEFAULT_DISABLE_AFTER_DAYS, _positive_float, "days, e.g. 5"),
             endpoints_allow_private=_parse(env, "WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE", False, _bool,
                                            "true or false (true: http and private addresses, for development)"),
+            event_retention_days=_parse(env, "WA_OUTBOX_EVENT_RETENTION_DAYS", 30, _positive_int,
+                                        "a positive number of days, e.g. 30"),
         )
 
     def retry_policy(self) -> RetryPolicy:

@@ -9,12 +9,20 @@ same bytes: `{"id", "type", "timestamp", "data"}` (https://www.standardwebhooks.
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from typing import Any
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import orjson
+import psycopg
+import sqlalchemy as sa
 
+from . import queries
 from .states import EventType, TimelineEvent
+
+if TYPE_CHECKING:
+    from .event_notices import EventNotices
 
 # The shape of `data` for every type: a receiver reads data["schema_version"]; a field may be added within a version,
 # never removed or changed in meaning.
@@ -27,7 +35,8 @@ def event_id(seq: int) -> str:
 
 
 def envelope(seq: int, type_: str, occurred_at: datetime, data: dict[str, Any]) -> dict[str, Any]:
-    return {"id": event_id(seq), "type": type_, "timestamp": occurred_at.isoformat(), "data": data}
+    # In UTC whatever the reading connection's TimeZone: a pulled event and a pushed one are the same bytes.
+    return {"id": event_id(seq), "type": type_, "timestamp": occurred_at.astimezone(UTC).isoformat(), "data": data}
 
 
 def envelope_bytes(seq: int, type_: str, occurred_at: datetime, data: dict[str, Any]) -> bytes:
@@ -78,7 +87,11 @@ MAX_LIMIT = 1000        # events per read (events_after's max_rows)
 MAX_WAIT_SECONDS = 30   # a long poll's longest wait (GET /v1/events?wait=)
 
 
-class CursorError(ValueError):
+class FeedError(ValueError):
+    """A request the feed refuses (HTTP 400, a CLI error)."""
+
+
+class CursorError(FeedError):
     """Not a cursor this feed wrote."""
 
 
@@ -91,3 +104,69 @@ def decode_cursor(cursor: str) -> tuple[int, int]:
     if match is None:
         raise CursorError(f"not a cursor of this feed: {cursor[:80]!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+# --- the feed: GET /v1/events, `wa-outbox events tail` -------------------------------------------------------------
+PRUNED_SQLSTATE = "WA410"   # events_after(): the cursor is older than what retention kept
+TICK_SECONDS = 1.0          # a long poll reads again at least this often (an older transaction may have ended)
+
+
+class CursorPruned(Exception):
+    """The events after this cursor were deleted by retention (HTTP 410, a CLI error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPage:
+    data: list[dict[str, Any]]   # envelopes, in feed order
+    cursors: list[str]           # each one's cursor
+    next_cursor: str | None      # the last event's cursor, or the request's when none came
+    has_more: bool               # more events are readable now
+
+
+def parse_types(raw: str | None) -> list[str] | None:
+    """`a,b` → the event types (each one of EventType's words), None for every type."""
+    if raw is None or not raw.strip():
+        return None
+    types = [t.strip() for t in raw.split(",") if t.strip()]
+    unknown = sorted(set(types) - {str(t) for t in EventType})
+    if unknown:
+        raise FeedError(f"unknown event type(s): {', '.join(w[:64] for w in unknown[:5])}; known: "
+                        f"{', '.join(str(t) for t in EventType)}")
+    return types
+
+
+def read_feed(engine: sa.Engine, *, after: str | None = None, limit: int = 100, types: list[str] | None = None,
+              wait: float = 0.0, notices: EventNotices | None = None) -> FeedPage:
+    """One page of the feed after `after`. With `wait` (seconds, at most MAX_WAIT_SECONDS) and nothing to read yet,
+    wait for events (woken by `notices`, reading again at least every TICK_SECONDS), then answer what came, if
+    anything. Raises FeedError for bad arguments and CursorPruned for a cursor older than what is kept."""
+    if after is not None:
+        decode_cursor(after)  # CursorError (a FeedError) before any query
+    if not 1 <= limit <= MAX_LIMIT:
+        raise FeedError(f"limit must be between 1 and {MAX_LIMIT}")
+    if not 0 <= wait <= MAX_WAIT_SECONDS:
+        raise FeedError(f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
+    deadline = time.monotonic() + wait
+    while True:
+        seen = notices.generation() if wait and notices is not None else 0
+        rows = _page(engine, after, limit + 1, types)
+        left = deadline - time.monotonic()
+        if rows or left <= 0:
+            break
+        if notices is not None:
+            notices.wait(seen, min(TICK_SECONDS, left))
+        else:
+            time.sleep(min(TICK_SECONDS, left))
+    shown = rows[:limit]
+    return FeedPage(data=[envelope(r.seq, r.type, r.timestamp, r.data) for r in shown],
+                    cursors=[r.cursor for r in shown], next_cursor=shown[-1].cursor if shown else after,
+                    has_more=len(rows) > limit)
+
+
+def _page(engine: sa.Engine, after: str | None, limit: int, types: list[str] | None) -> list[queries.FeedEvent]:
+    try:
+        return queries.events_after(engine, after=after, limit=limit, types=types)
+    except psycopg.Error as exc:
+        if exc.sqlstate == PRUNED_SQLSTATE:
+            raise CursorPruned(exc.diag.message_primary or "events after this cursor were pruned") from None
+        raise

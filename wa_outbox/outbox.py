@@ -83,19 +83,24 @@ class PruneResult:
     longest_batch_seconds: float = 0.0
     phase: str = "messages"        # what is being pruned now: messages, then webhook_events, then ops_sessions
     ops_sessions: int = 0          # /ops sessions past their end (also deleted at every login)
+    feed_events: int = 0           # events for apps (the feed) past WA_OUTBOX_EVENT_RETENTION_DAYS
+    deliveries: int = 0            # their deliveries to endpoints
     fraction: float = 0.0          # how far through the phase's old ids
 
     @property
     def rows(self) -> int:
-        return self.messages + self.events + self.webhook_events
+        return self.messages + self.events + self.webhook_events + self.feed_events
 
 
 def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_size: int = PRUNE_BATCH,
-          progress: Callable[[PruneResult], None] | None = None, result: PruneResult | None = None) -> PruneResult:
+          progress: Callable[[PruneResult], None] | None = None, result: PruneResult | None = None,
+          event_days: int | None = None) -> PruneResult:
     """Retention, in bounded batches that are each their own short transaction, safe while workers run: finished
     messages (states.PRUNABLE_STATUSES) updated more than `days` ago with their timelines, then `done` webhook events
     (their dedup keys and raw bodies) received more than max(`days`, 8) days ago. Dead messages and dead webhook
-    events go only when `dead_days` is given (dead webhook events never before 8 days either).
+    events go only when `dead_days` is given (dead webhook events never before 8 days either). With `event_days`,
+    then the events feed's oldest events, older than that, with their deliveries: a prefix of the feed, so that a
+    cursor older than what is kept is known (events_after() says so).
 
     Each phase walks the primary key from the oldest row to the last one created before its cutoff (found by
     bisection: ids grow with time), `batch_size` rows at a time, skipping rows other transactions hold, so a run costs
@@ -108,11 +113,12 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
         cutoffs = queries.prune_cutoffs(raw, days=days, dead_days=dead_days, min_key_days=MIN_DEDUP_KEY_DAYS)
         statuses = [str(s) for s in states.PRUNABLE_STATUSES]
 
-        def on_batch(row: queries.PrunedMessages | queries.PrunedWebhooks, seconds: float, fraction: float) -> None:
+        def on_batch(row: queries.PrunedMessages | queries.PrunedWebhooks | queries.PrunedEvents, seconds: float,
+                     fraction: float) -> None:
             if isinstance(row, queries.PrunedMessages):
                 result.messages += row.messages
                 result.events += row.events
-            else:
+            elif isinstance(row, queries.PrunedWebhooks):
                 result.webhook_events += row.webhook_events
             result.batches += 1
             result.longest_batch_seconds = max(result.longest_batch_seconds, seconds)
@@ -134,6 +140,17 @@ def prune(engine: sa.Engine, *, days: int, dead_days: int | None = None, batch_s
         result.phase, result.fraction = "webhook_events", 0.0
         _prune_walk(raw, lambda at: queries.prune_webhooks_probe(raw, id=at), webhooks_batch,
                     _latest(cutoffs.keys_before, cutoffs.dead_keys_before), batch_size, on_batch)
+        if event_days is not None:
+            result.phase, result.fraction = "events", 0.0
+            more = True
+            while more:
+                batch_started = time.monotonic()
+                with raw.transaction():
+                    pruned = queries.prune_events_batch(raw, limit=batch_size, days=event_days)
+                result.feed_events += pruned.events
+                result.deliveries += pruned.deliveries
+                more = pruned.more
+                on_batch(pruned, time.monotonic() - batch_started, 1.0 if not more else 0.5)
         result.phase, result.fraction = "ops_sessions", 0.0
         with raw.transaction():
             result.ops_sessions = queries.prune_ops_sessions(raw)

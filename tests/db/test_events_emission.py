@@ -125,12 +125,31 @@ def test_the_sql_type_table_is_the_python_one(db):
         assert db.execute("SELECT wa_outbox.event_type_of(%s)", (field,)).fetchone()[0] == ev.event_type_of(field)
 
 
-def test_one_notification_per_statement_that_wrote_events(client, db, database_url):
+def test_a_statement_that_wrote_events_wakes_the_listeners(client, db, database_url):
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN wa_outbox_events")
         assert post_webhook(client, inbound("wamid.N1")).status_code == 200
         got = list(listener.notifies(timeout=10, stop_after=1))
         assert [n.channel for n in got] == ["wa_outbox_events"]
+
+
+def test_one_transaction_at_a_time_notifies(db, database_url):
+    """A NOTIFY serializes the commits of every notifying transaction: while one that wrote events is open, the
+    others' statements do not notify (its commit wakes the readers; they poll anyway)."""
+    insert = ("INSERT INTO wa_outbox.webhook_events (dedup_key, field, kind, payload) "
+              "VALUES (%s, 'account_update', 'change', '{\"value\": {}}')")
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN wa_outbox_events")
+        with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+            first.execute(insert, ("d:1",))
+            second.execute(insert, ("d:2",))
+            second.commit()
+            first.commit()
+        assert len(list(listener.notifies(timeout=10, stop_after=1))) == 1  # the first's
+        with psycopg.connect(database_url) as third:
+            third.execute(insert, ("d:3",))  # alone again: it notifies
+        assert len(list(listener.notifies(timeout=10, stop_after=1))) == 1
+    assert len(feed(db)) == 3
 
 
 # --- the outbox: the worker's outcomes and statuses, cancel, dlq ----------------------------------------------------
@@ -218,3 +237,38 @@ def test_the_python_transition_table_is_the_triggers(db, sender):
     db.execute("INSERT INTO wa_outbox.notification_events (notification_id, event, attempt) "
                "SELECT %s, e, 1 FROM unnest(%s::text[]) WITH ORDINALITY AS u(e, o) ORDER BY o", (nid, words))
     assert statuses(db, nid) == list(ev.STATUS_TRANSITIONS.values())
+
+
+# --- the Python handlers see what an endpoint sees ------------------------------------------------------------------
+
+def test_handlers_get_the_feeds_envelope_beside_the_fields_they_always_had(app, client, db, engine):
+    from wa_outbox.retry import RetryPolicy
+    from wa_outbox.worker._inbound import InboundProcessor
+    received: list[dict] = []
+    assert post_webhook(client, inbound("wamid.H1")).status_code == 200
+    assert post_webhook(client, change("account_update", {"event": "VERIFIED_ACCOUNT"})).status_code == 200
+    status = {"id": "wamid.X", "status": "delivered", "timestamp": "1749416400", "recipient_id": "16505551234"}
+    assert post_webhook(client, change("messages", {"statuses": [status]})).status_code == 200
+    processor = InboundProcessor(engine, "in-1", [received.append], RetryPolicy(0.01, 0.02, 3), 30.0)
+    assert processor.process_batch() == 3
+    assert [h["kind"] for h in received] == ["message", "change"]  # statuses go to their messages, as before
+    assert set(received[0]) == {"id", "kind", "field", "phone_number_id", "wamid", "payload", "correlation_id",
+                                "event"}
+    feed_page = wait_for(lambda: len((page := ev.read_feed(engine)).data) == 2 and page, timeout=120, what="the feed")
+    assert [h["event"] for h in received] == feed_page.data  # the same envelopes as GET /v1/events
+    assert received[0]["event"]["data"]["webhook_event_id"] == received[0]["id"]
+    assert received[1]["event"]["type"] == EventType.ACCOUNT_UPDATE
+
+
+def test_calls_and_user_preferences_are_in_their_customers_conversation(client, db):
+    metadata = {"display_phone_number": "15550783881", "phone_number_id": PHONE}
+    calls = [{"id": "wacid.1", "from": "15550783881", "to": "16505551234", "event": "connect",
+              "direction": "BUSINESS_INITIATED", "timestamp": "1752582933"}]
+    prefs = [{"wa_id": "16505551235", "category": "marketing_messages", "value": "stop", "timestamp": 1731705721}]
+    assert post_webhook(client, change("calls", {"metadata": metadata, "calls": calls})).status_code == 200
+    calls = [{**calls[0], "id": "wacid.2", "from": "16505551236", "to": "15550783881", "direction": "USER_INITIATED"}]
+    assert post_webhook(client, change("calls", {"metadata": metadata, "calls": calls})).status_code == 200
+    assert post_webhook(client, change("user_preferences", {"metadata": metadata,
+                                                            "user_preferences": prefs})).status_code == 200
+    assert [(e["type"], e["phone_number_id"], e["wa_id"]) for e in feed(db)] == [
+        ("call", PHONE, "16505551234"), ("call", PHONE, "16505551236"), ("user.preferences", PHONE, "16505551235")]

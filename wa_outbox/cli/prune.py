@@ -22,16 +22,18 @@ from ._errors import CliError
               help="Rows per batch; each batch is its own short transaction.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as one JSON object.")
 def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> None:
-    """Delete finished messages (with their timelines) and processed webhooks past the retention, in small batches.
+    """Delete finished messages (with their timelines), processed webhooks and the events feed's old events (with
+    their deliveries: WA_OUTBOX_EVENT_RETENTION_DAYS, default 30) past the retention, in small batches.
 
     Safe while workers run: only final states go, rows in use are skipped, each batch commits on its own. Stopped
     anywhere, the next run carries on. Run it daily from a scheduler."""
     from .. import outbox
     progress = _PruneProgress()
     result = outbox.PruneResult()
+    settings = _settings()
     try:
-        outbox.prune(_engine(_settings()), days=days, dead_days=dead_days, batch_size=batch_size,
-                     progress=progress, result=result)
+        outbox.prune(_engine(settings), days=days, dead_days=dead_days, batch_size=batch_size,
+                     progress=progress, result=result, event_days=settings.event_retention_days)
     except KeyboardInterrupt:
         progress.finish()
         _prune_summary(result, as_json, interrupted=True)
@@ -44,14 +46,16 @@ def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> N
 def _prune_summary(result, as_json: bool, *, interrupted: bool) -> None:
     if as_json:
         click.echo(_json.dumps({"messages": result.messages, "events": result.events,
-                                "webhook_events": result.webhook_events, "batches": result.batches,
+                                "webhook_events": result.webhook_events, "feed_events": result.feed_events,
+                                "deliveries": result.deliveries, "batches": result.batches,
                                 "seconds": round(result.seconds, 3),
                                 "longest_batch_ms": round(result.longest_batch_seconds * 1000, 1),
                                 "complete": not interrupted}))
     else:
         click.echo(f"pruned {result.messages} messages ({result.events} timeline events) and "
                    f"{result.webhook_events} webhook events in {result.batches} batches, {result.seconds:.1f} s "
-                   f"(longest batch {result.longest_batch_seconds * 1000:.0f} ms)")
+                   f"(longest batch {result.longest_batch_seconds * 1000:.0f} ms); {result.feed_events} feed events "
+                   f"and {result.deliveries} deliveries past WA_OUTBOX_EVENT_RETENTION_DAYS")
 
 
 class _PruneProgress:

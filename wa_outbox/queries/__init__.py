@@ -41,6 +41,7 @@ from .deliveries import (
     record_deliveries,
     rescue_deliveries,
 )
+from .events import FeedEvent, WebhookEventEvent, events_after, events_of_webhook_events
 from .inbound import (
     StatusApplied,
     WebhookEvent,
@@ -54,11 +55,13 @@ from .inbound import (
 )
 from .maintenance import (
     PruneCutoffs,
+    PrunedEvents,
     PrunedMessages,
     PrunedWebhooks,
     PruneProbe,
     drop_empty_schema,
     prune_cutoffs,
+    prune_events_batch,
     prune_messages_batch,
     prune_messages_probe,
     prune_ops_sessions,
@@ -173,6 +176,7 @@ __all__ = [
     "DeadGroup",
     "DeadMessage",
     "Enqueued",
+    "FeedEvent",
     "MetricSeries",
     "MetricTotal",
     "MinuteFlows",
@@ -180,6 +184,7 @@ __all__ = [
     "NotificationSummary",
     "PruneCutoffs",
     "PruneProbe",
+    "PrunedEvents",
     "PrunedMessages",
     "PrunedWebhooks",
     "QueueCount",
@@ -196,6 +201,7 @@ __all__ = [
     "VolatileCall",
     "WORKER_ALIVE_SECONDS",
     "WebhookEvent",
+    "WebhookEventEvent",
     "WorkerRow",
     "apply_statuses",
     "campaign_summaries",
@@ -208,6 +214,8 @@ __all__ = [
     "drop_empty_schema",
     "enqueue_campaign",
     "enqueue_one",
+    "events_after",
+    "events_of_webhook_events",
     "find_notifications",
     "finish_webhook_events",
     "get_notification",
@@ -231,6 +239,7 @@ __all__ = [
     "pause_recipient",
     "pause_sender",
     "prune_cutoffs",
+    "prune_events_batch",
     "prune_messages_batch",
     "prune_messages_probe",
     "prune_ops_sessions",

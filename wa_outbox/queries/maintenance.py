@@ -76,6 +76,18 @@ def prune_webhooks_batch(conn: psycopg.Connection[Any], *, after: int, until: in
     return _conn_one(conn, "prune_webhooks_batch", PrunedWebhooks, {
         "after": after, "until": until, "limit": limit, "before": before, "dead_before": dead_before})
 
+
+@dataclass(frozen=True, slots=True)
+class PrunedEvents:
+    events: int
+    deliveries: int
+    more: bool        # the batch was full of old events: there may be more
+
+
+def prune_events_batch(conn: psycopg.Connection[Any], *, limit: int, days: int) -> PrunedEvents:
+    """One batch of the events feed's retention: events older than `days` days."""
+    return _conn_one(conn, "prune_events_batch", PrunedEvents, {"limit": limit, "days": days})
+
 # --- schema (start-up, `db downgrade`) -------------------------------------------------------------------------------
 
 def schema_version(source: sa.Engine | psycopg.Connection[Any]) -> str | None:

@@ -22,7 +22,7 @@ from .. import logs, metrics, queries
 from ..config import DEFAULT_WEB_POOL_SIZE, Settings
 from ..db import create_engine
 from ..webhook_store import WebhookStore
-from . import api_views, campaign_views, errors, health_views, openapi_views, ops_views, webhook_views
+from . import api_views, campaign_views, errors, event_views, health_views, openapi_views, ops_views, webhook_views
 from .app_state import engine_of, settings_of
 
 
@@ -68,6 +68,7 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(openapi_views.blueprint)
     ops_views.install(app)
     app.register_blueprint(campaign_views.blueprint)
+    app.register_blueprint(event_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
     # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method

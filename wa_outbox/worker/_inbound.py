@@ -9,8 +9,10 @@ One bad event never holds back another. Each event's fields are parsed by pure f
 and should one fail anyway, the batch is bisected until only the events that fail are left (`_isolated`). A failing
 event — a handler that raises, a row the database refuses — is retried with the retry policy's backoff and ends
 `dead` with its error. Handlers are called at least once per event (a worker killed mid-batch means the batch runs
-again): make them idempotent on event["id"]. While slow handlers run, the batch's lease is renewed (`_LeaseKeeper`),
-so no other worker takes the batch over and runs a handler a second time at once.
+again): make them idempotent on event["id"]. Each handler gets the stored event's fields and, under "event", the
+feed's envelope of it (`{"id", "type", "timestamp", "data"}`, as GET /v1/events and endpoints have it). While slow
+handlers run, the batch's lease is renewed (`_LeaseKeeper`), so no other worker takes the batch over and runs a
+handler a second time at once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sqlalchemy as sa
 
 from .. import logs, queries
 from ..config import ConfigError
+from ..events import envelope
 from ..metrics import InboundResult, WorkerMetrics
 from ..queries import StatusApplied, WebhookEvent
 from ..retry import RetryPolicy
@@ -208,6 +211,7 @@ class InboundProcessor:
                 outcomes.update(self._apply_statuses(statuses))
             if messages:
                 outcomes.update(self._record_contacts(messages))
+            envelopes = self._envelopes(handled) if self.handlers and handled else {}
             for event in handled:
                 if event.id in outcomes:  # its contact could not be recorded: retried, handlers then
                     continue
@@ -219,7 +223,7 @@ class InboundProcessor:
                                 extra={"correlation_id": event.correlation_id})
                     continue
                 with keeper.running():
-                    outcomes[event.id] = self._handle(event)
+                    outcomes[event.id] = self._handle(event, envelopes.get(event.id))
             if outcomes:
                 queries.finish_webhook_events(self.engine, worker_id=self.worker_id,
                                               outcomes=json.dumps(list(outcomes.values())))
@@ -291,11 +295,19 @@ class InboundProcessor:
             rows_b, failed_b = self._isolated(run, entries[middle:], key)
             return rows_a + rows_b, {**failed_a, **failed_b}
 
-    def _handle(self, event: WebhookEvent) -> dict:
+    def _envelopes(self, handled: list[WebhookEvent]) -> dict[int, dict[str, Any]]:
+        """The feed's envelope of each event, by webhook event id: handlers see what an endpoint sees."""
+        rows = queries.events_of_webhook_events(self.engine, ids=[e.id for e in handled])
+        return {r.webhook_event_id: envelope(r.seq, r.type, r.occurred_at, r.data) for r in rows}
+
+    def _handle(self, event: WebhookEvent, feed_event: dict[str, Any] | None = None) -> dict:
         if not self.handlers:
             return {"id": event.id, "status": WebhookEventStatus.DONE}
+        # "event": the envelope {"id", "type", "timestamp", "data"} an endpoint gets for it (GET /v1/events, pushes);
+        # None for an event stored before events existed. The other keys are as they always were.
         public = {k: getattr(event, k) for k in ("id", "kind", "field", "phone_number_id", "wamid", "payload",
                                                  "correlation_id")}
+        public["event"] = feed_event
         try:
             for handler in self.handlers:
                 handler(public)
