@@ -430,10 +430,6 @@ class Settings:
             raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
                               f"WA_OUTBOX_CONNECT_TIMEOUT + WA_OUTBOX_SEND_TIMEOUT + 5 s "
                               f"({self.connect_timeout + self.send_timeout + 5:g}), or live sends would be rescued")
-        if self.lease_seconds <= self.delivery_timeout + 5:
-            raise ConfigError(f"WA_OUTBOX_LEASE_SECONDS={self.lease_seconds:g} must exceed "
-                              f"WA_OUTBOX_DELIVERY_TIMEOUT + 5 s ({self.delivery_timeout + 5:g}), or live deliveries "
-                              "would be rescued")
         return self
 
 

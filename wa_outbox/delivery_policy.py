@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 # Seconds to wait after the 1st, 2nd, ... failed attempt: Svix's schedule (https://docs.svix.com/retries).
-DEFAULT_SCHEDULE: tuple[float, ...] = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+DEFAULT_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 JITTER = 0.10             # each delay is lengthened by up to this fraction, at random
 RETRY_AFTER_CAP = 3600.0  # seconds: a receiver's Retry-After is honoured up to an hour
 DEFAULT_DISABLE_AFTER_DAYS = 5.0

@@ -269,6 +269,10 @@ CREATE INDEX deliveries_leased ON wa_outbox.deliveries (locked_until) WHERE stat
 CREATE INDEX deliveries_conversation ON wa_outbox.deliveries (endpoint_id, phone_number_id, wa_id, id)
     WHERE status IN ('queued', 'delivering');
 CREATE INDEX deliveries_failed ON wa_outbox.deliveries (endpoint_id, id) WHERE status = 'failed';
+-- Ordered endpoints: a delivery behind an earlier one of its conversation waits at next_attempt_at = 'infinity'
+-- (out of the claim's way) until that one ends; the rescuer looks here for one whose wake-up was missed.
+CREATE INDEX deliveries_held ON wa_outbox.deliveries (created_at)
+    WHERE status = 'queued' AND next_attempt_at = 'infinity';
 
 -- Every attempt: its answer's status code, latency and first bytes, for the operator.
 CREATE TABLE wa_outbox.delivery_attempts (

@@ -75,7 +75,8 @@ def test_the_issue_alerts_are_all_shipped():
     expressions = {name: rule["expr"] for name, rule in alert_rules().items()}
     wanted = ["wa_outbox_workers_alive", 'status="queued"', "wa_outbox_dead_letters_total",
               "wa_outbox_senders_paused", 'status="unknown"', 'queue="webhook_events"', 'reason="signature"',
-              'url_rule="/webhooks/whatsapp"', "wa_outbox_database_up"]
+              'url_rule="/webhooks/whatsapp"', "wa_outbox_database_up",
+              "wa_outbox_endpoints_disabled_total", "wa_outbox_deliveries_lag_seconds"]
     for fragment in wanted:
         assert any(fragment in expr for expr in expressions.values()), fragment
     assert "increase(wa_outbox_queue_rows" not in " ".join(expressions.values())  # never increase() of a gauge

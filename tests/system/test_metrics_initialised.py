@@ -24,7 +24,8 @@ from wa_outbox.worker._inbound import inbound_result
 SELECTOR = re.compile(r"\b((?:wa_outbox|flask)_[a-z0-9_]+)\b(?:\{([^}]*)\})?")
 MATCHER = re.compile(r'(\w+)\s*(=|!=)\s*"([^"]*)"')
 GAUGES = {"wa_outbox_workers_alive", "wa_outbox_worker_heartbeat_age_seconds", "wa_outbox_database_up",
-          "wa_outbox_queue_rows", "wa_outbox_queue_oldest_age_seconds", "wa_outbox_senders_paused"}
+          "wa_outbox_queue_rows", "wa_outbox_queue_oldest_age_seconds", "wa_outbox_senders_paused",
+          "wa_outbox_endpoints", "wa_outbox_deliveries_lag_seconds"}
 
 
 def referenced() -> list[tuple[str, list[tuple[str, str, str]]]]:

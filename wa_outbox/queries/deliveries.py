@@ -77,5 +77,8 @@ class RescuedDelivery:
     status: str
 
 
-def rescue_deliveries(engine: sa.Engine, *, limit: int, max_attempts: int) -> list[RescuedDelivery]:
-    return _rows(engine, "rescue_deliveries", RescuedDelivery, {"limit": limit, "max_attempts": max_attempts})
+def rescue_deliveries(engine: sa.Engine, *, limit: int, max_attempts: int,
+                      held_window: float) -> list[RescuedDelivery]:
+    """`held_window`: seconds back that held deliveries are checked for a missed wake-up."""
+    return _rows(engine, "rescue_deliveries", RescuedDelivery,
+                 {"limit": limit, "max_attempts": max_attempts, "held_window": held_window})

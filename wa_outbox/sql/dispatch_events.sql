@@ -5,15 +5,16 @@
 -- that endpoint meanwhile) and (endpoint_id, event_seq) is unique, so no event is dispatched twice.
 -- Inserted in the feed's order, one endpoint's deliveries have ids in that order: ordered endpoints rely on it.
 -- Safe to repeat: moves each cursor only past the events it dispatched; a second run dispatches what followed.
-WITH endpoint AS (
-    SELECT id, event_types, cursor_txid, cursor_seq FROM wa_outbox.endpoints
-    WHERE state = 'enabled'
-    ORDER BY id
-    FOR NO KEY UPDATE SKIP LOCKED
-), horizon AS (
+WITH horizon AS (
     SELECT wa_outbox.events_horizon() AS txid
+), endpoint AS (  -- only endpoints with something to dispatch are locked: an idle poll writes nothing
+    SELECT e.id, e.event_types, e.ordered, e.cursor_txid, e.cursor_seq FROM wa_outbox.endpoints e, horizon h
+    WHERE e.state = 'enabled' AND EXISTS (
+        SELECT 1 FROM wa_outbox.events ev WHERE (ev.txid, ev.seq) > (e.cursor_txid, e.cursor_seq) AND ev.txid < h.txid)
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (
-    SELECT e.id AS endpoint_id, e.event_types, ev.seq, ev.txid, ev.type, ev.phone_number_id, ev.wa_id
+    SELECT e.id AS endpoint_id, e.event_types, e.ordered, ev.seq, ev.txid, ev.type, ev.phone_number_id, ev.wa_id
     FROM endpoint e CROSS JOIN horizon h
     CROSS JOIN LATERAL (
         SELECT ev.seq, ev.txid, ev.type, ev.phone_number_id, ev.wa_id FROM wa_outbox.events ev
@@ -22,8 +23,17 @@ WITH endpoint AS (
         LIMIT %(batch)s
     ) ev
 ), inserted AS (
-    INSERT INTO wa_outbox.deliveries (endpoint_id, event_seq, phone_number_id, wa_id)
-    SELECT endpoint_id, seq, phone_number_id, wa_id FROM picked
+    INSERT INTO wa_outbox.deliveries (endpoint_id, event_seq, phone_number_id, wa_id, next_attempt_at)
+    SELECT endpoint_id, seq, phone_number_id, wa_id,
+           -- ordered: behind an earlier delivery of its conversation (in this batch or still undelivered), it is
+           -- held out of the claim's way until that one ends (record_deliveries.sql wakes it)
+           CASE WHEN ordered AND phone_number_id IS NOT NULL AND wa_id IS NOT NULL AND (
+                     row_number() OVER (PARTITION BY endpoint_id, phone_number_id, wa_id ORDER BY txid, seq) > 1
+                     OR EXISTS (SELECT 1 FROM wa_outbox.deliveries p
+                                WHERE p.endpoint_id = picked.endpoint_id AND p.phone_number_id = picked.phone_number_id
+                                  AND p.wa_id = picked.wa_id AND p.status IN ('queued', 'delivering')))
+                THEN 'infinity'::timestamptz ELSE now() END
+    FROM picked
     WHERE event_types IS NULL OR type = ANY (event_types)
     ORDER BY endpoint_id, txid, seq
     ON CONFLICT (endpoint_id, event_seq) DO NOTHING

@@ -1,7 +1,8 @@
 -- Record a batch of delivery attempts (%(outcomes)s: a JSON array of {id, endpoint_id, attempt, status, next_in,
 -- status_code, latency_ms, response_head, error}) in one statement: every attempt into delivery_attempts, each
 -- delivery's new state (delivered, queued again after next_in seconds, or failed), and each endpoint's
--- failing_since (cleared by a success in the batch, else set at its first failure). Only rows this worker still
+-- failing_since (cleared by a success in the batch, else set at its first failure); on ordered endpoints, the next
+-- delivery of each conversation whose delivery ended is woken (dispatch_events.sql). Only rows this worker still
 -- holds under the lease of that attempt move; the attempt is recorded either way (it happened).
 -- Returns the endpoints that failed in this batch with their failing_since, for the N-days rule (delivery_policy.py).
 -- Safe to repeat: each attempt is keyed (delivery, attempt), each row moves only from `delivering` under our lease.
@@ -24,15 +25,26 @@ WITH outcome AS (
         delivered_at = CASE WHEN o.status = 'delivered' THEN now() END
     FROM outcome o
     WHERE d.id = o.id AND d.status = 'delivering' AND d.locked_by = %(worker_id)s AND d.attempts = o.attempt
-    RETURNING d.id
+    RETURNING d.id, d.endpoint_id, d.phone_number_id, d.wa_id, d.status
+), woken AS (  -- ordered: a delivery that ended wakes the next one of its conversation, held since its dispatch
+    UPDATE wa_outbox.deliveries n SET next_attempt_at = now(), updated_at = now()
+    FROM (SELECT (SELECT min(x.id) FROM wa_outbox.deliveries x
+                  WHERE x.endpoint_id = m.endpoint_id AND x.phone_number_id = m.phone_number_id
+                    AND x.wa_id = m.wa_id AND x.status = 'queued' AND x.id > m.id) AS id
+          FROM moved m WHERE m.status IN ('delivered', 'failed')) next
+    WHERE n.id = next.id AND n.status = 'queued' AND n.next_attempt_at = 'infinity'
 ), per_endpoint AS (
     SELECT endpoint_id, bool_or(status = 'delivered') AS succeeded FROM outcome GROUP BY endpoint_id
+), changing AS (  -- locked in id order: two workers' batches touching the same endpoints never deadlock
+    SELECT en.id, p.succeeded FROM wa_outbox.endpoints en JOIN per_endpoint p ON p.endpoint_id = en.id
+    WHERE (p.succeeded AND en.failing_since IS NOT NULL) OR (NOT p.succeeded AND en.failing_since IS NULL)
+    ORDER BY en.id
+    FOR NO KEY UPDATE OF en
 ), health AS (
     UPDATE wa_outbox.endpoints en
-    SET failing_since = CASE WHEN p.succeeded THEN NULL ELSE now() END
-    FROM per_endpoint p
-    WHERE en.id = p.endpoint_id
-      AND ((p.succeeded AND en.failing_since IS NOT NULL) OR (NOT p.succeeded AND en.failing_since IS NULL))
+    SET failing_since = CASE WHEN c.succeeded THEN NULL ELSE coalesce(en.failing_since, now()) END
+    FROM changing c
+    WHERE en.id = c.id
     RETURNING en.id
 )  -- (data-modifying CTEs run whole whether read or not)
 -- failing_since as it was before this batch (NULL: it starts failing now, so not for N days yet)

@@ -40,6 +40,10 @@ log = logging.getLogger("wa_outbox.deliveries")
 DISPATCH_BATCH = 1000       # events per endpoint per dispatch statement
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between rounds while the database is away
 RESCUE_LIMIT = 1000
+HELD_WINDOW = 120.0         # seconds back the rescuer looks for held deliveries whose wake-up was missed
+HELD_SWEEP_ROUNDS = 60      # ... and every this many rounds (the first too), at every held delivery
+HELD_SWEEP_WINDOW = 10 * 365 * 86400.0
+LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
 
 
 def one_line(exc: BaseException) -> str:
@@ -56,6 +60,9 @@ class Deliverer:
         self.metrics = metrics
         self.policy = settings.delivery_policy()
         self.concurrency = settings.delivery_concurrency
+        # The lease covers the longest a POST may take (connect, then the read timeout) with a margin: the sends'
+        # WA_OUTBOX_LEASE_SECONDS, or longer when WA_OUTBOX_DELIVERY_TIMEOUT asks for it.
+        self.lease_seconds = max(settings.lease_seconds, 2 * settings.delivery_timeout + LEASE_MARGIN)
         self.transport = transport or PushTransport(timeout=settings.delivery_timeout,
                                                     allow_private=settings.endpoints_allow_private,
                                                     pool_size=settings.delivery_per_endpoint)
@@ -67,6 +74,7 @@ class Deliverer:
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver")
         self._box: SecretBox | None = None
         self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
+        self._rescues = 0
         self.rounds = 0                        # loop rounds done (a signal for tests)
         self.stats: Counter[str] = Counter()
 
@@ -83,6 +91,9 @@ class Deliverer:
     # --- the loop (its own thread) ---------------------------------------------------------------------------------
 
     def run(self, stopping: threading.Event) -> None:
+        # Claim (and record) in batches: once a quarter of the threads are free, or none is busy, so that one claim
+        # and one record statement serve many deliveries rather than one each (as the sends' producer does).
+        min_claim = max(1, self.concurrency // 4)
         failures = 0
         next_dispatch = 0.0
         while not stopping.is_set():
@@ -96,8 +107,9 @@ class Deliverer:
                     if self.dispatch():
                         self.dispatch_wanted.set()  # a full batch: there is more
                         busy = True
-                free = self.concurrency - self.in_flight
-                if free > 0:
+                in_flight = self.in_flight
+                free = self.concurrency - in_flight
+                if free >= min_claim or (free > 0 and in_flight == 0):
                     busy = self.claim(free) == free or busy
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
@@ -111,8 +123,22 @@ class Deliverer:
             finally:
                 self.rounds += 1
             if not busy:
-                self.wake.wait(self.settings.poll_interval)
+                self._idle(stopping, min_claim)
         self.drain(self.settings.shutdown_grace)
+
+    def _idle(self, stopping: threading.Event, min_claim: int) -> None:
+        """Wait up to a poll interval: until events are written, or deliveries ended and a quarter of the threads
+        (or all) are free."""
+        deadline = time.monotonic() + self.settings.poll_interval
+        while not stopping.is_set() and not self.dispatch_wanted.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wake.clear()
+            in_flight = self.in_flight
+            if not self._outcomes.empty() and (self.concurrency - in_flight >= min_claim or in_flight == 0):
+                return
+            self.wake.wait(left)
 
     def dispatch(self) -> bool:
         """Turn committed events into deliveries for every enabled endpoint; True when a batch was full."""
@@ -122,8 +148,8 @@ class Deliverer:
     def claim(self, free: int) -> int:
         with self._lock:
             held = json.dumps({k: v for k, v in self._held.items() if v})
-        rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id,
-                                        lease_seconds=self.settings.lease_seconds, limit=free,
+        rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id, lease_seconds=self.lease_seconds,
+                                        limit=free,
                                         per_endpoint=self.settings.delivery_per_endpoint, held=held)
         for row in rows:
             with self._lock:
@@ -247,7 +273,12 @@ class Deliverer:
     # --- rescue and shutdown ---------------------------------------------------------------------------------------
 
     def rescue(self) -> int:
-        rescued = queries.rescue_deliveries(self.engine, limit=RESCUE_LIMIT, max_attempts=self.policy.max_attempts)
+        """Expired leases, and held ordered deliveries whose wake-up was missed: the recent ones every round, all of
+        them every HELD_SWEEP_ROUNDS rounds (a wake-up missed while no worker could run maintenance)."""
+        self._rescues += 1
+        window = HELD_SWEEP_WINDOW if self._rescues % HELD_SWEEP_ROUNDS == 1 else HELD_WINDOW
+        rescued = queries.rescue_deliveries(self.engine, limit=RESCUE_LIMIT, max_attempts=self.policy.max_attempts,
+                                            held_window=window)
         if rescued:
             log.warning("rescued %d deliveries from expired leases (%d failed: their last attempt was lost)",
                         len(rescued), sum(r.status == DeliveryStatus.FAILED for r in rescued))

@@ -70,14 +70,15 @@ class PushResult:
 
 class PushTransport:
     def __init__(self, *, timeout: float, allow_private: bool, pool_size: int = 4,
-                 resolver: Resolver = resolve) -> None:
+                 resolver: Resolver = resolve, ca_certs: str | None = None) -> None:
         self.timeout = urllib3.Timeout(connect=min(timeout, 10.0), read=timeout)
         self.allow_private = allow_private
         self.pool_size = pool_size
         self.resolver = resolver
         self._pools: OrderedDict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = OrderedDict()
         self._lock = threading.Lock()
-        self._ca_certs = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or _certifi()
+        self._ca_certs = (ca_certs or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+                          or _certifi())
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> PushResult:
         started = time.perf_counter()
