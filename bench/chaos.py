@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._results import add_json_argument, write  # noqa: E402
+from bench.chaos_endpoints import Endpoints, engine_missing, wait_settled  # noqa: E402
 from bench.pacing import busiest_window  # noqa: E402
 from bench.slow_clients import Tricklers  # noqa: E402
 from wa_outbox import InvalidMessage, enqueue, enqueue_many, migrate  # noqa: E402
@@ -738,6 +739,38 @@ def per_second_series(t0: float, accepted: list[float], errors: list) -> dict:
             "web_5xx": [[s, fives.get(s, 0)] for s in range(last + 1)]}
 
 
+def delivery_rows(d: dict, row) -> list[dict]:
+    """The endpoints' headline rows (none when the build has no delivery engine: the run says why it skipped)."""
+    if "skipped" in d:
+        return []
+    flaky, ordered = d["flaky"], d["ordered"]
+    rows = []
+    for name, e in (("flaky", flaky), ("ordered", ordered)):
+        rows.append(row(f"events lost at the {name} endpoint, of {e['matching_events']:,} matching "
+                        f"({e['arrivals']:,} arrivals: {e['answers']})", e["lost"], "= 0", e["lost"] == 0,
+                        unit="events"))
+        rows.append(row(f"events delivered more than once to the {name} endpoint (at least once allows it)",
+                        e["duplicate_events"], None, None, unit="events"))
+    unverified = flaky["unverified"] + ordered["unverified"] + flaky["mismatched"] + ordered["mismatched"]
+    rows.append(row("deliveries standardwebhooks does not verify, or not their event's row", unverified, "= 0",
+                    unverified == 0, unit="deliveries"))
+    rows.append(row(f"arrivals out of their conversation's order at the ordered endpoint "
+                    f"({ordered['conversations']:,} conversations)", ordered["order_violations"], "= 0",
+                    ordered["order_violations"] == 0 and ordered["in_flight_together"] == 0, unit="arrivals"))
+    return rows
+
+
+def delivery_table(d: dict) -> list[dict]:
+    if "skipped" in d:
+        return []
+    keys = ("matching_events", "delivered_events", "lost", "duplicate_events", "duplicate_deliveries", "arrivals",
+            "unverified", "mismatched", "unexpected", "not_dispatched", "attempts_recorded")
+    return [{"title": "Chaos run: event deliveries per endpoint (the receivers' records against wa_outbox.events)",
+             "columns": ["endpoint", *keys, "answers"],
+             "rows": [[name, *(d[name][k] for k in keys), json.dumps(d[name]["answers"], sort_keys=True)]
+                      for name in ("flaky", "ordered")]}]
+
+
 def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgres, timeline: list,
                      problems: list[str], f: dict) -> dict:
     def row(what, value, goal, met, unit="messages", reference=None, reference_name=None):
@@ -769,6 +802,7 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
             f["tricklers"]["answered_408"], "> 0", f["tricklers"]["answered_408"] > 0, unit="connections"),
         row("workers SIGKILLed", procs.kills, None, None, unit="kills"),
     ]
+    headline += delivery_rows(f["deliveries"], row)
     t0 = timeline[0][0] if timeline else 0
     plots = [{"name": "chaos-sends-per-second", "title": f"Chaos run: sends accepted per second, limit {args.mps:g}/s",
               "x_label": "seconds into the run", "y_label": "per second", "kind": "line",
@@ -786,6 +820,7 @@ def results_for_json(args, n: int, elapsed: float, procs: Processes, pg: Postgre
          "rows": [[way, c.get("refused", 0), c.get("accepted", 0)] for way, c in f["nul_texts"].items()]},
         {"title": "Chaos run: the simulator's answers", "columns": ["outcome", "count"],
          "rows": sorted(f["sim_outcomes"].items())},
+        *delivery_table(f["deliveries"]),
     ]
     return {"headline": headline, "plots": plots, "tables": tables, "messages": n, "seconds": round(elapsed, 1),
             "violations": problems, "mps": args.mps, "kills": procs.kills,
@@ -800,6 +835,8 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
     with psycopg.connect(pg.url, autocommit=True) as conn:
         conn.execute("INSERT INTO wa_outbox.settings VALUES ('default_phone_number_id', %s)", (SENDER,))
         pg_version = conn.execute("SHOW server_version").fetchone()[0]
+    skipped = engine_missing()  # no events engine or no delivery threads in this build: the run has no endpoints
+    endpoints = None if skipped else Endpoints(pg.url, directory)
     web_port = free_port()  # never a fixed one: another run on this machine must not answer our requests
     web_url = f"http://127.0.0.1:{web_port}"
     throttles = max(3, n // 1000)  # each 130429 pauses the sender 2 s: a few, not 1 % of all sends
@@ -825,6 +862,8 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
                    WA_OUTBOX_RETRY_BASE_SECONDS="0.2", WA_OUTBOX_RETRY_MAX_SECONDS="2",
                    WA_OUTBOX_UNKNOWN_WINDOW_SECONDS=f"{clock['unknown_window']:g}", WA_OUTBOX_WORKER_CONCURRENCY="16",
                    WA_OUTBOX_SHUTDOWN_GRACE="5", LOG_LEVEL="WARNING")
+        if endpoints is not None:
+            env.update(endpoints.env())
         procs = Processes(env, web_port, directory)
         happened("start")
         procs.start_web()
@@ -900,6 +939,10 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
             with contextlib.suppress(SystemExit):
                 wait(settled, args.timeout, "every message and webhook event settled")
             happened("settled")
+            if endpoints is not None:
+                delivered = wait_settled(endpoints, args.timeout, retrying)
+                happened("every event delivered to both endpoints" if delivered else
+                         "timed out waiting for the endpoints' deliveries")
 
             def injected_130429() -> int:
                 [rule] = [r for r in sim.faults() if r.get("code") == 130429]
@@ -913,10 +956,17 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
             figures["metrics_flood"] = flooded = flood.check()
             if flooded["series_added_by_300_more"] or flooded["invented_methods_on_metrics"]:
                 problems.append(f"/metrics grew under the method flood: {flooded}")
+            if endpoints is None:
+                figures["deliveries"] = {"skipped": skipped}
+            else:
+                more, figures["deliveries"] = endpoints.audit()
+                problems += more
         finally:
             stop.set()
             tricklers.close()
             procs.stop()
+            if endpoints is not None:
+                endpoints.stop()
     return figures, problems, procs, pg_version
 
 
@@ -991,6 +1041,21 @@ def report(n, elapsed, procs, pg, timeline, problems, f, args) -> None:
           f"{f['metrics_flood']['series_added_by_300_more']}")
     print(f"chaos: {TRICKLERS} trickling connections throughout: {f['tricklers']['opened']} opened, "
           f"{f['tricklers']['cut_off']} cut off by the web, {f['tricklers']['answered_408']} of them with a 408")
+    d = f["deliveries"]
+    if "skipped" in d:
+        print(f"chaos: endpoints: skipped ({d['skipped']})")
+        return
+    print("chaos: events: " + ", ".join(f"{t} {c:,}" for t, c in sorted(d["events_by_type"].items())))
+    for name in ("flaky", "ordered"):
+        e = d[name]
+        print(f"chaos: endpoint {name}{' (ordered)' if e['ordered'] else ''}: {e['matching_events']:,} matching "
+              f"events, {e['delivered_events']:,} delivered, {e['lost']} lost, {e['duplicate_events']} delivered "
+              f"more than once ({e['duplicate_deliveries']} extra); {e['arrivals']:,} arrivals answered "
+              f"{e['answers']} ({e['aborted_mid_body']} cut off mid-body by a SIGKILL); "
+              f"{e['unverified']} not verified by standardwebhooks, {e['mismatched']} not their "
+              f"event's row, {e['unexpected']} outside the filter" +
+              (f"; {e['conversations']} conversations, {e['order_violations']} out of order, "
+               f"{e['in_flight_together']} overlapping" if e["ordered"] else ""))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("pacing-80", "pacing.py", ("--mps", "80", "--seconds", "60"), ("--mps", "80", "--seconds", "10")),
     Bench("history", "history.py", (), ("--sizes", "10000,20000")),  # it has no --quick: two small histories
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
+    Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",)),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
 )
 

@@ -2,7 +2,9 @@
 SIGKILLed, the web restarted and Postgres stopped and crashed, then the audit. The same fire and audit as the full
 run on a shorter clock (a higher rate, a shorter lease and unknown window: about a minute). It brings its own embedded
 Postgres, simulator, gunicorn and workers (whatever DATABASE_URL says), needs no network beyond 127.0.0.1, and fails
-on any violation the audit finds, printing its report."""
+on any violation the audit finds, printing its report. When the build delivers events (the events engine and the
+workers' delivery threads), the same run also delivers them to a flaky endpoint and an ordered one and audits those:
+one run for both tests."""
 
 from __future__ import annotations
 
@@ -11,17 +13,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bench.chaos_endpoints import engine_missing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_quick_chaos_run_loses_nothing_and_sends_nothing_twice(tmp_path):
-    results_path = tmp_path / "chaos.json"
+@pytest.fixture(scope="module")
+def chaos_results(tmp_path_factory) -> dict:
+    results_path = tmp_path_factory.mktemp("chaos") / "chaos.json"
     proc = subprocess.run([sys.executable, "bench/chaos.py", "--quick", "--json", str(results_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     report = "\n".join(line for line in proc.stdout.splitlines() if line.startswith("chaos:"))
     print(report)
     assert proc.returncode == 0, f"{report}\n{proc.stderr[-3000:]}"
-    results = json.loads(results_path.read_text())["results"]
+    return json.loads(results_path.read_text())["results"]
+
+
+def test_the_quick_chaos_run_loses_nothing_and_sends_nothing_twice(chaos_results):
+    results = chaos_results
     assert results["violations"] == []
     # The fire really happened: workers killed, both Postgres outages, the late worker working, faults injected.
     assert results["kills"] >= 3
@@ -43,3 +54,32 @@ def test_the_quick_chaos_run_loses_nothing_and_sends_nothing_twice(tmp_path):
     # At most the limit in any sliding second at the simulator, give or take what the bucket's shape allows for
     # the delays from claim to arrival measured on this (busy) machine.
     assert results["max_per_sliding_second"] <= results["rate_bound_for_measured_delays"]
+
+
+def test_the_quick_chaos_run_delivers_every_event_to_a_flaky_and_an_ordered_endpoint(request):
+    missing = engine_missing(ROOT)
+    if missing:  # before the run: a build without the engine has nothing to deliver
+        pytest.skip(f"no event deliveries to audit: {missing}")
+    chaos_results = request.getfixturevalue("chaos_results")
+    deliveries = chaos_results["deliveries"]
+    assert "skipped" not in deliveries, deliveries
+    assert chaos_results["violations"] == []
+    flaky, ordered = deliveries["flaky"], deliveries["ordered"]
+    for endpoint in (flaky, ordered):
+        # Every matching event (by webhook-id, against wa_outbox.events) answered 2xx at least once; every arrival
+        # verified by the standardwebhooks reference library and carrying its event's row; nothing else delivered.
+        assert endpoint["matching_events"] > 0 and endpoint["lost"] == 0, endpoint
+        assert endpoint["delivered_events"] == endpoint["matching_events"]
+        assert endpoint["unverified"] == endpoint["mismatched"] == endpoint["unexpected"] == 0
+        assert endpoint["not_dispatched"] == endpoint["dispatched_outside_filter"] == 0
+        assert "failed" not in endpoint["deliveries_by_status"], endpoint["deliveries_by_status"]
+    # The faults really happened: the flaky receiver refused, hung and dropped; the ordered one refused.
+    assert all(flaky["answers"].get(kind, 0) > 0 for kind in ("500", "hang", "drop")), flaky["answers"]
+    assert ordered["answers"].get("500", 0) > 0, ordered["answers"]
+    # The filter: the ordered endpoint takes message.received and message.status only, the flaky one every type.
+    assert flaky["matching_events"] == deliveries["events"]
+    assert ordered["matching_events"] == sum(count for type_, count in deliveries["events_by_type"].items()
+                                             if type_ in ("message.received", "message.status"))
+    # Each conversation's events arrived in their order, one at a time.
+    assert ordered["conversations"] > 1
+    assert ordered["order_violations"] == 0 and ordered["in_flight_together"] == 0
