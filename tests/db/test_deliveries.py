@@ -262,7 +262,8 @@ def test_dispatch_takes_only_events_below_the_horizon_in_the_feeds_order_once(db
     def dispatched(batch: int) -> list[tuple[int, int]]:
         """The first dispatch that moves a cursor. The horizon is the cluster's: on a shared server another
         database's transaction may hold it back a moment, never for good."""
-        return wait_for(lambda: [(r.scanned, r.inserted) for r in queries.dispatch_events(engine, batch=batch)],
+        return wait_for(lambda: [(r.scanned, r.inserted)
+                                 for r in queries.dispatch_events(engine, batch=batch, backlog=1000)],
                         what="a dispatch below the horizon")
 
     try:
@@ -271,12 +272,12 @@ def test_dispatch_takes_only_events_below_the_horizon_in_the_feeds_order_once(db
             slow.execute("SELECT pg_current_xact_id()")
             [early] = add_events(slow, 1, start=1)
             [late] = add_events(db, 1, start=2)  # committed, but after a transaction still running
-            queries.dispatch_events(engine, batch=100)
+            queries.dispatch_events(engine, batch=100, backlog=1000)
             assert deliveries(db, endpoint_id) == {}  # `late` is above the horizon while `slow` runs
             slow.commit()
         assert dispatched(100) == [(2, 2)]
         assert list(deliveries(db, endpoint_id)) == [early, late]  # the feed's order (txid, seq)
-        assert queries.dispatch_events(engine, batch=100) == []  # nothing twice
+        assert queries.dispatch_events(engine, batch=100, backlog=1000) == []  # nothing twice
         add_events(db, 5)
         assert dispatched(3) == [(3, 3)]
         assert dispatched(3) == [(2, 2)]
@@ -318,7 +319,7 @@ def test_ordered_deliveries_behind_an_earlier_one_are_held_out_of_the_claims_way
         endpoint_id, _ = add_endpoint(db, "https://example.com/hooks", ordered=True)
         seqs = add_events(db, 4)
         add_events(db, 1, wa_id=None)  # no conversation: never held
-        wait_for(lambda: queries.dispatch_events(engine, batch=100), what="a dispatch below the horizon")
+        wait_for(lambda: queries.dispatch_events(engine, batch=100, backlog=1000), what="a dispatch below the horizon")
         held = [seq for seq, infinite in db.execute(
             "SELECT event_seq, next_attempt_at = 'infinity' FROM wa_outbox.deliveries ORDER BY id").fetchall()
             if infinite]
@@ -357,3 +358,33 @@ def test_a_replayed_failed_delivery_gets_the_whole_schedule_again(db, settings):
                 engine.dispose()
             wait_for(all_delivered(db, endpoint_id, 1), what="the replayed delivery")
     assert [a[1:3] for a in attempts(db, endpoint_id)] == [(1, 500), (2, 500), (3, 500), (4, 500), (5, 200)]
+
+
+def test_dispatch_waits_while_an_endpoint_has_a_backlog_of_due_deliveries(db, database_url):
+    """Back-pressure: an endpoint with `backlog` deliveries due and unclaimed gets no more until its threads catch
+    up (its events wait in the feed); retries not yet due and held rows do not count, so a failing receiver or a
+    stuck conversation never stops the rest."""
+    engine = wa_db.create_engine(database_url, pool_size=2, isolation_level="AUTOCOMMIT")
+
+    def dispatch() -> list[tuple[int, int]]:
+        """The first dispatch that moves the cursor (the cluster-wide horizon may hold it back a moment)."""
+        return wait_for(lambda: [(r.scanned, r.inserted) for r in queries.dispatch_events(engine, batch=10, backlog=3)],
+                        what="a dispatch below the horizon")
+
+    try:
+        endpoint_id, _ = add_endpoint(db, "https://example.com/hooks")
+        add_events(db, 3)
+        assert dispatch() == [(3, 3)]            # 3 due deliveries now wait for a thread: the backlog
+        add_events(db, 4)
+        wait_for(lambda: db.execute("SELECT wa_outbox.events_horizon() > max(txid) FROM wa_outbox.events"
+                                    ).fetchone()[0], what="the new events below the horizon")
+        assert queries.dispatch_events(engine, batch=10, backlog=3) == []   # held in the feed
+        # The three become retries not yet due (or held behind a conversation): the dispatch goes on.
+        db.execute("UPDATE wa_outbox.deliveries SET next_attempt_at = now() + interval '1 hour' WHERE id = "
+                   "(SELECT min(id) FROM wa_outbox.deliveries)")
+        db.execute("UPDATE wa_outbox.deliveries SET next_attempt_at = 'infinity' WHERE id = "
+                   "(SELECT max(id) FROM wa_outbox.deliveries)")
+        assert dispatch() == [(4, 4)]
+        assert len(deliveries(db, endpoint_id)) == 7
+    finally:
+        engine.dispose()

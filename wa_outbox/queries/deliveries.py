@@ -20,8 +20,9 @@ class Dispatched:
     inserted: int   # deliveries created (the events its filter matched)
 
 
-def dispatch_events(engine: sa.Engine, *, batch: int) -> list[Dispatched]:
-    return _rows(engine, "dispatch_events", Dispatched, {"batch": batch})
+def dispatch_events(engine: sa.Engine, *, batch: int, backlog: int) -> list[Dispatched]:
+    """`backlog`: an endpoint with this many deliveries due and unclaimed is not dispatched to meanwhile."""
+    return _rows(engine, "dispatch_events", Dispatched, {"batch": batch, "backlog": backlog})
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,10 @@
 -- endpoint. Many workers may run it at once: each endpoint row is locked (SKIP LOCKED: another worker dispatches
 -- that endpoint meanwhile) and (endpoint_id, event_seq) is unique, so no event is dispatched twice.
 -- Inserted in the feed's order, one endpoint's deliveries have ids in that order: ordered endpoints rely on it.
+-- Back-pressure: an endpoint with %(backlog)s deliveries already due and waiting for a delivery thread is skipped;
+-- its events wait in the feed (its cursor holds them, and wa_outbox_deliveries_lag_seconds shows the wait) rather
+-- than as rows written long before a thread can take them. Retries not yet due and held rows of ordered endpoints
+-- do not count: a failing receiver or one stuck conversation never stops the dispatch of the rest.
 -- Safe to repeat: moves each cursor only past the events it dispatched; a second run dispatches what followed.
 WITH horizon AS (
     SELECT wa_outbox.events_horizon() AS txid
@@ -11,6 +15,9 @@ WITH horizon AS (
     SELECT e.id, e.event_types, e.ordered, e.cursor_txid, e.cursor_seq FROM wa_outbox.endpoints e, horizon h
     WHERE e.state = 'enabled' AND EXISTS (
         SELECT 1 FROM wa_outbox.events ev WHERE (ev.txid, ev.seq) > (e.cursor_txid, e.cursor_seq) AND ev.txid < h.txid)
+      AND (SELECT count(*) FROM (SELECT 1 FROM wa_outbox.deliveries d  -- deliveries_due, at most backlog entries
+                                 WHERE d.endpoint_id = e.id AND d.status = 'queued' AND d.next_attempt_at <= now()
+                                 LIMIT %(backlog)s) due) < %(backlog)s
     ORDER BY e.id
     FOR NO KEY UPDATE OF e SKIP LOCKED
 ), picked AS (

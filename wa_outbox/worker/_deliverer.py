@@ -38,6 +38,9 @@ from ._push import PushResult, PushTransport, signature_header
 log = logging.getLogger("wa_outbox.deliveries")
 
 DISPATCH_BATCH = 1000       # events per endpoint per dispatch statement
+# Due deliveries an endpoint may have waiting for a thread before its dispatch waits (dispatch_events.sql): rows
+# written far ahead of the threads cost a drain beside them (bench/deliveries.py) and buy nothing.
+DISPATCH_BACKLOG = 1000
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between rounds while the database is away
 RESCUE_LIMIT = 1000
 HELD_WINDOW = 120.0         # seconds back the rescuer looks for held deliveries whose wake-up was missed
@@ -142,7 +145,7 @@ class Deliverer:
 
     def dispatch(self) -> bool:
         """Turn committed events into deliveries for every enabled endpoint; True when a batch was full."""
-        rows = queries.dispatch_events(self.engine, batch=DISPATCH_BATCH)
+        rows = queries.dispatch_events(self.engine, batch=DISPATCH_BATCH, backlog=DISPATCH_BACKLOG)
         return any(row.scanned >= DISPATCH_BATCH for row in rows)
 
     def claim(self, free: int) -> int:
