@@ -1,0 +1,325 @@
+"""Many senders: claim + record throughput (dry run) with 1,000 senders at 1-80 mps each and 100,000 queued messages,
+one sender holding half, beside the same 100,000 on one sender in the same run; how long each sender waits for its
+first claim while the big one is busy; and whether each sender's pacing still holds.
+
+    DATABASE_URL=… .venv/bin/python bench/senders.py [--senders 1000] [--messages 100000] [--seed 19]
+                                                     [--workers 2] [--concurrency 128] [--quick] [--json PATH]
+
+Each case fills a scratch database of its own (created and dropped) with set-based INSERTs, then starts WORKERS real
+worker processes (wa_outbox.worker.Worker, WA_OUTBOX_DRY_RUN: the queue machinery alone, no HTTP; a dry-run worker
+still waits for each row's send slot, so pacing is the real one) and times them from their start:
+- the reference: MESSAGES queued on one sender with no rate limit to speak of (mps 1e6, as the other dry-run drains),
+  drained to the end: messages claimed and recorded per second;
+- the many senders: SENDERS senders, each with a wa_outbox.rate_limits row (`ratelimit set`) at an mps drawn from
+  1-80 by SEED (the big one at 80); the big one holds half of MESSAGES, queued first (older: the claim's age order
+  reaches them first, the hard case), the rest spread over the others in proportion to their mps times a factor drawn
+  from 0.25-1.75 (uneven: 1 to about 560 messages), all transactional (priority 0), one recipient per message (no pair
+  pacing in the way). Every message is due at the start. The big sender cannot send its half faster than 80/s, so the
+  rate is measured while pacing is not what limits it: from the start until the senders still holding messages
+  could together send less than the reference's rate (their summed mps), the rate of claim + record over that
+  window. Stopped once every other sender's messages are sent (or at a time limit).
+Then, from the timeline: each sender's wait from the start to its first claim (its `sending` event; all of them are
+due at the start, and the big one stays busy throughout): worst and p99; the most send slots (the `send_at` of its
+`sending` events: the dry-run worker sends at its slot) in any one-second window of a few senders (mps 1, 5, 80 and
+the big one) beside their mps, and a plot of their sends per second. Goals (issue 19): a rate >= 0.9 of the
+reference, every sender claimed within a second, no window over a sender's mps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._results import add_json_argument, write  # noqa: E402
+from bench.outbox import SENDER, SPAWN, TOKEN, _run_worker, machine_facts, scratch_database, server_url, wa_setup  # noqa: E402
+from bench.pacing import busiest_window  # noqa: E402
+from wa_outbox import db, queries  # noqa: E402
+from wa_outbox.config import Settings  # noqa: E402
+
+GOAL_RATIO = 0.9      # the many senders' rate against one sender's (issue 19)
+GOAL_WAIT = 1.0       # seconds: every sender with due messages claimed within this while the big one is busy
+BIG_MPS = 80.0
+UNLIMITED = 1e6
+FIRST_SENDER = 100_000_000_001_000
+MESSAGE = '{"type":"text","text":{"body":"x"}}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Sender:
+    phone_number_id: str
+    mps: float
+    messages: int
+
+
+def senders_of(count: int, messages: int, seed: int) -> list[Sender]:
+    """The big sender first (80 mps, half the messages), then count - 1 at 1-80 mps (by seed) sharing the rest in
+    proportion to mps x a factor in 0.25-1.75, each at least one."""
+    rng = random.Random(seed)
+    big = messages // 2
+    rates = [float(rng.randint(1, 80)) for _ in range(count - 1)]
+    weights = [mps * rng.uniform(0.25, 1.75) for mps in rates]
+    rest = messages - big
+    shares = [max(1, int(rest * w / sum(weights))) for w in weights]
+    shares[shares.index(max(shares))] += rest - sum(shares)  # the rounding, to the largest share
+    return [Sender(str(FIRST_SENDER), BIG_MPS, big)] + [
+        Sender(str(FIRST_SENDER + 1 + i), mps, n) for i, (mps, n) in enumerate(zip(rates, shares, strict=True))]
+
+
+def fill(url: str, senders: list[Sender]) -> None:
+    """Each sender's rate (ratelimit_set, as `wa-outbox ratelimit set`), then its messages, set-based: the first
+    sender's first and older (next_attempt_at ten minutes ago, in order), the others' after them, interleaved in an
+    order drawn by md5 (five minutes ago, in that order). One recipient per message."""
+    engine = db.create_engine(url, pool_size=1, isolation_level="AUTOCOMMIT")
+    for s in senders:
+        queries.ratelimit_set(engine, phone_number_id=s.phone_number_id, mps=s.mps, burst=None, resume=False)
+    engine.dispose()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, next_attempt_at) "
+            "SELECT %s, (5511900000000 + i)::text, %s::jsonb, '', now() - interval '10 minutes' "
+            "+ make_interval(secs => i * 1e-4) FROM generate_series(1, %s) i",
+            (senders[0].phone_number_id, MESSAGE, senders[0].messages))
+        conn.execute(
+            "INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, next_attempt_at) "
+            "SELECT sender, (5521900000000 + row_number() OVER (ORDER BY md5(sender || ':' || i)))::text, %s::jsonb, "
+            "'', now() - interval '5 minutes' + make_interval(secs => "
+            "row_number() OVER (ORDER BY md5(sender || ':' || i)) * 1e-4) "
+            "FROM unnest(%s::text[], %s::integer[]) AS s(sender, n), generate_series(1, s.n) i "
+            "ORDER BY md5(sender || ':' || i)",
+            (MESSAGE, [s.phone_number_id for s in senders[1:]], [s.messages for s in senders[1:]]))
+        conn.execute("ANALYZE")
+
+
+def run_workers(url: str, workers: int, concurrency: int, done: str, limit: float) -> tuple[float, float, bool]:
+    """Start the workers (dry run), wait until the query `done` says so (or `limit` seconds), stop them:
+    (the database's clock at their start, seconds they ran, whether `done` came true)."""
+    settings = dataclasses.replace(
+        Settings.from_env({}), database_url=url, access_token=TOKEN, phone_number_id=SENDER,
+        worker_concurrency=concurrency, rate_limit_mps=UNLIMITED, poll_interval=0.1, dry_run=True)
+    start, stop = SPAWN.Barrier(workers + 1), SPAWN.Event()
+    procs = [SPAWN.Process(target=_run_worker, args=(settings, start, stop), daemon=True) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    finished = False
+    with psycopg.connect(url, autocommit=True) as conn:
+        start.wait(timeout=120)
+        began = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+        started = time.perf_counter()
+        while time.perf_counter() - started < limit:
+            if conn.execute(done).fetchone()[0]:
+                finished = True
+                break
+            time.sleep(0.05)
+        seconds = time.perf_counter() - started
+    stop.set()
+    for p in procs:
+        p.join(60)
+    return began, seconds, finished
+
+
+TIMELINE = """
+SELECT n.phone_number_id, e.event, extract(epoch FROM e.created_at)::float8 AS at,
+       (e.detail->>'send_at')::float8 AS send_at
+FROM wa_outbox.notification_events e JOIN wa_outbox.notifications n ON n.id = e.notification_id
+WHERE e.event IN ('sending', 'sent')
+"""
+
+
+def timeline(url: str) -> list[tuple[str, str, float, float | None]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(TIMELINE).fetchall()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def reference(server: str, messages: int, workers: int, concurrency: int) -> dict[str, Any]:
+    with scratch_database(server, "senders_one") as url:
+        wa_setup(url)
+        fill(url, [Sender(SENDER, UNLIMITED, messages)])
+        began, seconds, finished = run_workers(
+            url, workers, concurrency, "SELECT NOT EXISTS (SELECT 1 FROM wa_outbox.notifications "
+                                       "WHERE status IN ('queued', 'sending'))", limit=max(120.0, messages / 200))
+        sent = [at for _, event, at, _ in timeline(url) if event == "sent"]
+    if not finished:
+        raise SystemExit(f"the reference did not drain in {seconds:.0f} s ({len(sent)} of {messages} sent)")
+    took = max(sent) - began
+    return {"rate": len(sent) / took, "seconds": took, "sent": len(sent)}
+
+
+def many(server: str, senders: list[Sender], workers: int, concurrency: int, reference_rate: float,
+         limit: float) -> dict[str, Any]:
+    big = senders[0]
+    with scratch_database(server, "senders_many") as url:
+        wa_setup(url)
+        fill(url, senders)
+        began, seconds, finished = run_workers(
+            url, workers, concurrency, "SELECT NOT EXISTS (SELECT 1 FROM wa_outbox.notifications WHERE status IN "
+                                       f"('queued', 'sending') AND phone_number_id <> '{big.phone_number_id}')",
+            limit=limit)
+        events = timeline(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            big_left = conn.execute("SELECT count(*) FROM wa_outbox.notifications WHERE phone_number_id = %s "
+                                    "AND status = 'queued'", (big.phone_number_id,)).fetchone()[0]
+            given_back = conn.execute("SELECT count(*) FROM wa_outbox.notification_events "
+                                      "WHERE event = 'released'").fetchone()[0]
+    first_claim: dict[str, float] = {}
+    last_claim: dict[str, float] = {}
+    slots: dict[str, list[float]] = {}
+    sent_at: list[float] = []
+    for sender, event, at, send_at in events:
+        if event == "sending":
+            first_claim[sender] = min(first_claim.get(sender, at), at)
+            last_claim[sender] = max(last_claim.get(sender, at), at)
+            if send_at is not None:
+                slots.setdefault(sender, []).append(send_at)
+        else:
+            sent_at.append(at)
+    waits = {s.phone_number_id: first_claim.get(s.phone_number_id, began + seconds) - began for s in senders}
+    # The window: until the senders still holding messages could together send less than the reference's rate.
+    # A sender holds messages until its last claim (the big one: to the end of the run).
+    rates = {s.phone_number_id: s.mps for s in senders}
+    ends = sorted((last_claim.get(s.phone_number_id, began + seconds) if s is not big else began + seconds,
+                   s.phone_number_id) for s in senders)
+    capacity = sum(rates.values())
+    window_end = began + seconds
+    for end, sender in ends:
+        capacity -= rates[sender]
+        if capacity < reference_rate:
+            window_end = end
+            break
+    window = window_end - began
+    in_window = sum(1 for at in sent_at if at <= window_end)
+    chosen = pick(senders)
+    pacing = {}
+    for name, s in chosen.items():
+        times = sorted(slots.get(s.phone_number_id, []))
+        widest, _ = busiest_window(times) if times else (0, None)
+        counts = Counter(int(t - began) for t in times)
+        pacing[name] = {"phone_number_id": s.phone_number_id, "mps": s.mps, "messages": s.messages,
+                        "slots": len(times), "max_sliding_second": widest,
+                        "per_second": [[second, counts.get(second, 0)] for second in
+                                       range(0, int(max(times) - began) + 1 if times else 0)]}
+    return {"rate": in_window / window if window > 0 else 0.0, "window": window, "in_window": in_window,
+            "seconds": seconds, "finished": finished, "sent": len(sent_at), "big_left": big_left,
+            "given_back": given_back, "waits": waits, "pacing": pacing}
+
+
+def pick(senders: list[Sender]) -> dict[str, Sender]:
+    """The senders whose pacing is shown: the one with the most messages at mps 1, 5 and 80 (else the nearest), and
+    the big one."""
+    chosen = {}
+    for mps in (1.0, 5.0, 80.0):
+        nearest = min(abs(s.mps - mps) for s in senders[1:])
+        candidates = [s for s in senders[1:] if abs(s.mps - mps) == nearest]
+        best = max(candidates, key=lambda s: s.messages)
+        chosen[f"{best.mps:g}/s, {best.messages:,} messages"] = best
+    chosen[f"the big one, {senders[0].mps:g}/s, {senders[0].messages:,} messages"] = senders[0]
+    return chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--senders", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=19)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--concurrency", type=int, default=128, help="each worker's send threads (default 128)")
+    parser.add_argument("--quick", action="store_true", help="1,000 senders, 20,000 messages: does it run?")
+    add_json_argument(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.senders, args.messages = 1000, 20_000
+    server = server_url()
+    facts = machine_facts(server)
+    senders = senders_of(args.senders, args.messages, args.seed)
+    print(f"# senders: {args.senders:,} senders, {args.messages:,} messages (the big one {senders[0].messages:,}), "
+          f"{args.workers} dry-run workers x {args.concurrency}; {facts}", flush=True)
+    one = reference(server, args.messages, args.workers, args.concurrency)
+    print(f"one sender            {one['rate']:>8,.0f} claimed + recorded/s ({one['sent']:,} in {one['seconds']:.1f} s)",
+          flush=True)
+    mix = many(server, senders, args.workers, args.concurrency, one["rate"],
+               limit=max(60.0, 3 * one["seconds"] + 30))
+    ratio = mix["rate"] / one["rate"]
+    waits = list(mix["waits"].values())
+    worst, p99 = max(waits), percentile(waits, 0.99)
+    never = sum(1 for s in senders if mix["waits"][s.phone_number_id] >= mix["seconds"])
+    print(f"{args.senders:,} senders         {mix['rate']:>8,.0f} claimed + recorded/s over the first "
+          f"{mix['window']:.1f} s ({mix['in_window']:,} sent; pacing bounds it after that); ratio {ratio:.2f} "
+          f"(goal >= {GOAL_RATIO})", flush=True)
+    print(f"  run {mix['seconds']:.1f} s, every other sender done: {mix['finished']}; the big one still holds "
+          f"{mix['big_left']:,}; {mix['given_back']} sends given back (woke late for their slot)")
+    print(f"first claim           worst {worst:.2f} s, p99 {p99:.2f} s, median {percentile(waits, 0.5):.2f} s"
+          f"{f', {never} never claimed' if never else ''} (goal: all within {GOAL_WAIT:g} s)")
+    slow = sorted(((w, s.phone_number_id, s.mps, s.messages) for s in senders for w in [mix["waits"][s.phone_number_id]]),
+                  reverse=True)[:5]
+    print("  longest waits: " + ", ".join(f"{sid} ({mps:g}/s, {n}) {w:.2f} s" for w, sid, mps, n in slow))
+    paced_ok = True
+    for name, p in mix["pacing"].items():
+        ok = p["max_sliding_second"] <= p["mps"]
+        paced_ok &= ok
+        print(f"pacing {name:<38} at most {p['max_sliding_second']} in any second (mps {p['mps']:g}), "
+              f"{p['slots']} slots{'' if ok else '  OVER'}")
+    wait_ok = worst <= GOAL_WAIT
+    write(args.json, "senders", {
+        "senders": args.senders, "messages": args.messages, "seed": args.seed, "workers": args.workers,
+        "concurrency": args.concurrency, "one_sender": one,
+        "many": {k: v for k, v in mix.items() if k not in ("waits", "pacing")},
+        "first_claim_seconds": {"worst": worst, "p99": p99, "median": percentile(waits, 0.5), "never": never},
+        "pacing": {name: {k: v for k, v in p.items() if k != "per_second"} for name, p in mix["pacing"].items()},
+        "ratio": ratio,
+        "headline": [
+            {"what": f"claim + record (dry run), {args.senders:,} senders at 1-80 mps, {args.messages:,} queued, "
+                     "one holding half", "unit": "msgs/s", "value": round(mix["rate"], 1),
+             "reference": round(one["rate"], 1), "reference_name": "the same total queued on one sender",
+             "ratio": round(ratio, 3), "goal": f">= {GOAL_RATIO:.2f} of the reference", "met": ratio >= GOAL_RATIO},
+            {"what": f"longest wait for a sender's first claim, {args.senders:,} senders, the big one busy",
+             "unit": "s", "value": round(worst, 3), "reference": GOAL_WAIT, "reference_name": "goal",
+             "ratio": None, "goal": f"<= {GOAL_WAIT:g} s (p99 {p99:.2f} s)", "met": wait_ok},
+            {"what": "most send slots in any one-second window, over each sender's mps (mps 1, 5, 80, the big one)",
+             "unit": "x mps", "value": round(max(p["max_sliding_second"] / p["mps"] for p in mix["pacing"].values()), 3),
+             "reference": 1.0, "reference_name": "mps", "ratio": None, "goal": "<= 1", "met": paced_ok},
+        ],
+        "tables": [{
+            "title": f"Claim + record, {args.workers} dry-run workers x {args.concurrency}, {args.messages:,} queued",
+            "columns": ["case", "claimed + recorded/s", "measured over s", "sent in it"],
+            "rows": [["one sender (no rate limit)", round(one["rate"], 1), round(one["seconds"], 2), one["sent"]],
+                     [f"{args.senders:,} senders at 1-80 mps, the big one {senders[0].messages:,}",
+                      round(mix["rate"], 1), round(mix["window"], 2), mix["in_window"]]],
+        }, {
+            "title": "Wait from the start to each sender's first claim (all due at the start)",
+            "columns": ["senders", "worst s", "p99 s", "median s", "never claimed"],
+            "rows": [[args.senders, round(worst, 3), round(p99, 3), round(percentile(waits, 0.5), 3), never]],
+        }, {
+            "title": "Pacing: send slots in any one-second window",
+            "columns": ["sender", "mps", "messages", "slots", "most in one second"],
+            "rows": [[name, p["mps"], p["messages"], p["slots"], p["max_sliding_second"]]
+                     for name, p in mix["pacing"].items()],
+        }],
+        "plots": [{
+            "name": "senders-pacing", "title": "Sends per second per sender (slots), 1,000 senders at once"
+            if args.senders == 1000 else f"Sends per second per sender (slots), {args.senders:,} senders at once",
+            "x_label": "second of the run", "y_label": "sends", "kind": "line",
+            "series": {name: p["per_second"] for name, p in mix["pacing"].items() if p["per_second"]},
+        }],
+    }, facts=facts + (f"; the big sender at {BIG_MPS:g} mps, seed {args.seed}"))
+    ok = ratio >= GOAL_RATIO and wait_ok and paced_ok
+    print("OK" if ok else "GOAL NOT MET")
+
+
+if __name__ == "__main__":
+    main()
