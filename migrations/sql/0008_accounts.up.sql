@@ -57,3 +57,10 @@ CREATE INDEX senders_waba ON wa_outbox.senders (waba_id);
 
 -- The app whose secret verified a webhook POST (NULL: the environment's WHATSAPP_APP_SECRET).
 ALTER TABLE wa_outbox.webhook_events ADD COLUMN app_id text;
+
+-- Many senders: the claim walks the senders with queued rows in key order and takes each one's due rows, as many
+-- as it has send slots for (claim_notifications.sql), so a sender with a long backlog and no free slot does not
+-- hold the others back. One index range per sender and priority. (Built in this transaction: on a large table,
+-- a partial index of the queued rows still reads the whole table once.)
+CREATE INDEX notifications_sender_due ON wa_outbox.notifications (phone_number_id, priority, next_attempt_at)
+    WHERE status = 'queued' AND NOT blocked;

@@ -20,21 +20,90 @@
 --  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
 --    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
 --    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
-WITH candidates AS (
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 0 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p0
+WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sql)
+    SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
+        AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
+             refill double precision, paused boolean)
+), walk (sender, wrapped, slots, share, total) AS (
+    -- The senders with queued rows, in key order from the one after %(after)s round to %(after)s itself (one index
+    -- descent each), with the slots each could get now: its grant reserved just before, else its schedule as
+    -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows
+    -- (at most %(limit)s / 64): the walk stops once the shares fill the batch, so one claim serves many senders and
+    -- the next goes on from there; a sender without a free slot is passed over and its rows are not read.
+    SELECT f.sender, false, q.slots, least(q.slots, greatest(1, %(limit)s / 64)), least(q.slots, greatest(1, %(limit)s / 64))
+    FROM (SELECT coalesce(
+                   (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                    WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > %(after)s
+                    ORDER BY n.phone_number_id LIMIT 1),
+                   (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                    WHERE n.status = 'queued' AND NOT n.blocked ORDER BY n.phone_number_id LIMIT 1)) AS sender
+          OFFSET 0) f  -- OFFSET 0: computed once, not once per use
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1), (
+            SELECT CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(
+                            least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                            + %(horizon)s * sh.refill + 1e-9)))::integer END
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh
+            WHERE r.phone_number_id = f.sender), %(limit)s) AS slots OFFSET 0) q
+    WHERE f.sender IS NOT NULL
     UNION ALL
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p1
-    UNION ALL
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority > 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.priority, n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p2
+    SELECT nx.sender, nx.wrapped, q.slots, least(q.slots, greatest(1, %(limit)s / 64)),
+           w.total + least(q.slots, greatest(1, %(limit)s / 64))
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT coalesce(up.sender, CASE WHEN NOT w.wrapped AND %(after)s <> '' THEN (
+                   SELECT n.phone_number_id FROM wa_outbox.notifications n
+                   WHERE n.status = 'queued' AND NOT n.blocked ORDER BY n.phone_number_id LIMIT 1) END) AS sender,
+               w.wrapped OR up.sender IS NULL AS wrapped
+        FROM (SELECT (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                      WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > w.sender
+                      ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up OFFSET 0) nx
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT a.granted FROM ahead a WHERE a.phone_number_id = nx.sender LIMIT 1), (
+            SELECT CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(
+                            least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                            + %(horizon)s * sh.refill + 1e-9)))::integer END
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh
+            WHERE r.phone_number_id = nx.sender), %(limit)s) AS slots OFFSET 0) q
+    WHERE w.total < %(limit)s AND nx.sender IS NOT NULL
+      AND NOT (nx.wrapped AND (nx.sender > %(after)s OR %(after)s = ''))
+), lap AS (  -- the circle walked with room left in the batch: each sender may take all its slots
+    SELECT max(w.total) < %(limit)s AS whole FROM walk w
+), candidates AS (  -- in walk order, each sender's due rows, its share (or all its slots), up to %(limit)s in all
+    SELECT c.* FROM walk w
+    CROSS JOIN lap
+    -- a sender another claim is reserving slots for right now is left to it (its slots are going anyway)
+    LEFT JOIN LATERAL (SELECT true AS free FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender
+                       AND w.sender NOT IN (SELECT a.phone_number_id FROM ahead a)
+                       FOR UPDATE SKIP LOCKED) mine ON true
+    CROSS JOIN LATERAL (SELECT CASE WHEN lap.whole THEN w.slots ELSE w.share END AS slots) q
+    CROSS JOIN LATERAL (
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority = 0 AND n.next_attempt_at <= now()
+                       ORDER BY n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p0
+        UNION ALL
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority = 1 AND n.next_attempt_at <= now()
+                       ORDER BY n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p1
+        UNION ALL
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority > 1 AND n.next_attempt_at <= now()
+                       ORDER BY n.priority, n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p2
+        LIMIT q.slots) c
+    WHERE q.slots > 0
+      AND (mine.free OR w.sender IN (SELECT a.phone_number_id FROM ahead a)
+           OR NOT EXISTS (SELECT 1 FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender))
     LIMIT %(limit)s
 ), seen AS (
     SELECT c.id, c.phone_number_id, c.recipient, c.ordered, c.priority, c.next_attempt_at,
@@ -73,16 +142,13 @@ WITH candidates AS (
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL
-), ahead AS (  -- slots reserved just before (reserve_slots_ahead.sql)
-    SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
-        AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
-             refill double precision, paused boolean)
 ), grants AS (
     SELECT a.phone_number_id, a.granted, a.slots_from, a.level, a.refill, a.paused FROM ahead a
     UNION ALL
     SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
     FROM (SELECT f.phone_number_id, count(*)::integer AS wanted FROM free f
-          WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id) s,
+          WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
+          ORDER BY f.phone_number_id) s,  -- key order: two claims lock senders in the same order (no deadlocks)
          LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,

@@ -102,6 +102,10 @@ CREATE UNIQUE INDEX notifications_wamid ON wa_outbox.notifications (wamid) WHERE
 -- (claiming is O(batch)); parked followers are not in it.
 CREATE INDEX notifications_due ON wa_outbox.notifications (priority, next_attempt_at)
     WHERE status = 'queued' AND NOT blocked;
+-- The claim walks the senders with queued rows in key order and takes each one's due rows, as many as it has send
+-- slots for: a sender with a long backlog and no free slot does not hold the others back (many senders).
+CREATE INDEX notifications_sender_due ON wa_outbox.notifications (phone_number_id, priority, next_attempt_at)
+    WHERE status = 'queued' AND NOT blocked;
 -- The rescuer: expired leases.
 CREATE INDEX notifications_leased ON wa_outbox.notifications (locked_until) WHERE status = 'sending';
 -- Ambiguous sends waiting for a status webhook.
