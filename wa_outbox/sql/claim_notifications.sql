@@ -30,13 +30,15 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows
     -- (at most %(limit)s / 64): the walk stops once the shares fill the batch, so one claim serves many senders and
     -- the next goes on from there; a sender without a free slot is passed over and its rows are not read.
-    SELECT f.sender, false, q.slots, least(q.slots, greatest(1, %(limit)s / 64)), least(q.slots, greatest(1, %(limit)s / 64))
-    FROM (SELECT coalesce(
-                   (SELECT n.phone_number_id FROM wa_outbox.notifications n
-                    WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > %(after)s
-                    ORDER BY n.phone_number_id LIMIT 1),
-                   (SELECT n.phone_number_id FROM wa_outbox.notifications n
-                    WHERE n.status = 'queued' AND NOT n.blocked ORDER BY n.phone_number_id LIMIT 1)) AS sender
+    SELECT f.sender, f.wrapped, q.slots, least(q.slots, greatest(1, %(limit)s / 64)),
+           least(q.slots, greatest(1, %(limit)s / 64))
+    FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                                      WHERE n.status = 'queued' AND NOT n.blocked
+                                      ORDER BY n.phone_number_id LIMIT 1)) AS sender,
+                 up.sender IS NULL AS wrapped  -- none after %(after)s: from the first
+          FROM (SELECT (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                        WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > %(after)s
+                        ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up
           OFFSET 0) f  -- OFFSET 0: computed once, not once per use
     CROSS JOIN LATERAL (
         SELECT coalesce((SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1), (
@@ -69,7 +71,7 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
             WHERE r.phone_number_id = nx.sender), %(limit)s) AS slots OFFSET 0) q
     WHERE w.total < %(limit)s AND nx.sender IS NOT NULL
       AND NOT (nx.wrapped AND (nx.sender > %(after)s OR %(after)s = ''))
-), lap AS (  -- the circle walked with room left in the batch: each sender may take all its slots
+), lap AS (  -- the whole circle walked with room left in the batch
     SELECT max(w.total) < %(limit)s AS whole FROM walk w
 ), candidates AS (  -- in walk order, each sender's due rows, its share (or all its slots), up to %(limit)s in all
     SELECT c.* FROM walk w
@@ -78,7 +80,9 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     LEFT JOIN LATERAL (SELECT true AS free FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender
                        AND w.sender NOT IN (SELECT a.phone_number_id FROM ahead a)
                        FOR UPDATE SKIP LOCKED) mine ON true
-    CROSS JOIN LATERAL (SELECT CASE WHEN lap.whole THEN w.slots ELSE w.share END AS slots) q
+    -- round the whole circle with room left: as many due rows as the batch has room for (the rows over a sender's
+    -- slots are put back until their slot, paused ones until the pause ends: read once, not at every claim)
+    CROSS JOIN LATERAL (SELECT CASE WHEN lap.whole THEN %(limit)s ELSE w.share END AS slots) q
     CROSS JOIN LATERAL (
         SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
                               n.message
@@ -142,14 +146,16 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL
+), wanted AS (  -- the slots each sender's rows want that were not reserved ahead
+    SELECT f.phone_number_id, count(*)::integer AS n FROM free f
+    WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
 ), grants AS (
     SELECT a.phone_number_id, a.granted, a.slots_from, a.level, a.refill, a.paused FROM ahead a
     UNION ALL
-    SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
-    FROM (SELECT f.phone_number_id, count(*)::integer AS wanted FROM free f
-          WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
-          ORDER BY f.phone_number_id) s,  -- key order: two claims lock senders in the same order (no deadlocks)
-         LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
+    SELECT g.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused  -- all senders in one call
+    FROM wa_outbox.reserve_slots_set(ARRAY(SELECT w.phone_number_id FROM wanted w ORDER BY w.phone_number_id),
+                                     ARRAY(SELECT w.n FROM wanted w ORDER BY w.phone_number_id),
+                                     %(default_mps)s, %(lead)s, %(horizon)s) g
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'
