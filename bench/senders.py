@@ -3,7 +3,8 @@ one sender holding half, beside the same 100,000 on one sender in the same run; 
 first claim while the big one is busy; and whether each sender's pacing still holds.
 
     DATABASE_URL=… .venv/bin/python bench/senders.py [--senders 1000] [--messages 100000] [--seed 19]
-                                                     [--workers 2] [--concurrency 128] [--quick] [--json PATH]
+                                                     [--workers 2] [--concurrency 128] [--paced-seconds 15]
+                                                     [--quick] [--json PATH]
 
 Each case fills a scratch database of its own (created and dropped) with set-based INSERTs, then starts WORKERS real
 worker processes (wa_outbox.worker.Worker, WA_OUTBOX_DRY_RUN: the queue machinery alone, no HTTP; a dry-run worker
@@ -11,13 +12,14 @@ still waits for each row's send slot, so pacing is the real one) and times them 
 - the reference: MESSAGES queued on one sender with no rate limit to speak of (mps 1e6, as the other dry-run drains),
   drained to the end: messages claimed and recorded per second;
 - the many senders: SENDERS senders, each with a wa_outbox.rate_limits row (`ratelimit set`) at an mps drawn from
-  1-80 by SEED (the big one at 80); the big one holds half of MESSAGES, queued first (older: the claim's age order
-  reaches them first, the hard case), the rest spread over the others in proportion to their mps times a factor drawn
-  from 0.25-1.75 (uneven: 1 to about 560 messages), all transactional (priority 0), one recipient per message (no pair
-  pacing in the way). Every message is due at the start. The big sender cannot send its half faster than 80/s, so the
-  rate is measured while pacing is not what limits it: from the start until the senders still holding messages
-  could together send less than the reference's rate (their summed mps), the rate of claim + record over that
-  window. Stopped once every other sender's messages are sent (or at a time limit).
+  1-80 by SEED; the big one (80 mps) holds half of MESSAGES, queued first (older: the claim's age order reaches them
+  first, the hard case); three at 1, 5 and 80 mps hold PACED_SECONDS of messages at their rate (their pacing is
+  shown); the rest is spread over the others in proportion to their mps times a factor drawn from 0.25-1.75
+  (uneven: 1 to a few hundred each); all transactional (priority 0), one recipient per message (no pair pacing in
+  the way), all due at the start. The big sender cannot send its half faster than 80/s, so the rate is measured
+  while pacing is not what limits it: from the start until the senders still holding messages could together send
+  less than the reference's rate (their summed mps), claim + record over that window. Stopped once every other
+  sender's messages are sent (or at a time limit).
 Then, from the timeline: each sender's wait from the start to its first claim (its `sending` event; all of them are
 due at the start, and the big one stays busy throughout): worst and p99; the most send slots (the `send_at` of its
 `sending` events: the dry-run worker sends at its slot) in any one-second window of a few senders (mps 1, 5, 80 and
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import random
 import sys
 import time
@@ -51,6 +52,7 @@ from wa_outbox.config import Settings  # noqa: E402
 GOAL_RATIO = 0.9      # the many senders' rate against one sender's (issue 19)
 GOAL_WAIT = 1.0       # seconds: every sender with due messages claimed within this while the big one is busy
 BIG_MPS = 80.0
+SHOWN_MPS = (1.0, 5.0, 80.0)  # the senders whose pacing is shown (beside the big one)
 UNLIMITED = 1e6
 FIRST_SENDER = 100_000_000_001_000
 MESSAGE = '{"type":"text","text":{"body":"x"}}'
@@ -63,18 +65,21 @@ class Sender:
     messages: int
 
 
-def senders_of(count: int, messages: int, seed: int) -> list[Sender]:
-    """The big sender first (80 mps, half the messages), then count - 1 at 1-80 mps (by seed) sharing the rest in
-    proportion to mps x a factor in 0.25-1.75, each at least one."""
+def senders_of(count: int, messages: int, seed: int, paced_seconds: float) -> list[Sender]:
+    """The big sender first (80 mps, half the messages); then the three whose pacing is shown, at 1, 5 and 80 mps with
+    paced_seconds of messages each; then the others at 1-80 mps (by seed) sharing the rest in proportion to mps x a
+    factor in 0.25-1.75, each at least one."""
     rng = random.Random(seed)
     big = messages // 2
-    rates = [float(rng.randint(1, 80)) for _ in range(count - 1)]
+    shown = [Sender(str(FIRST_SENDER + 1 + i), mps, int(mps * paced_seconds)) for i, mps in enumerate(SHOWN_MPS)]
+    rates = [float(rng.randint(1, 80)) for _ in range(count - 1 - len(shown))]
     weights = [mps * rng.uniform(0.25, 1.75) for mps in rates]
-    rest = messages - big
+    rest = messages - big - sum(s.messages for s in shown)
     shares = [max(1, int(rest * w / sum(weights))) for w in weights]
     shares[shares.index(max(shares))] += rest - sum(shares)  # the rounding, to the largest share
-    return [Sender(str(FIRST_SENDER), BIG_MPS, big)] + [
-        Sender(str(FIRST_SENDER + 1 + i), mps, n) for i, (mps, n) in enumerate(zip(rates, shares, strict=True))]
+    return [Sender(str(FIRST_SENDER), BIG_MPS, big), *shown] + [
+        Sender(str(FIRST_SENDER + 1 + len(shown) + i), mps, n)
+        for i, (mps, n) in enumerate(zip(rates, shares, strict=True))]
 
 
 def fill(url: str, senders: list[Sender]) -> None:
@@ -220,14 +225,8 @@ def many(server: str, senders: list[Sender], workers: int, concurrency: int, ref
 
 
 def pick(senders: list[Sender]) -> dict[str, Sender]:
-    """The senders whose pacing is shown: the one with the most messages at mps 1, 5 and 80 (else the nearest), and
-    the big one."""
-    chosen = {}
-    for mps in (1.0, 5.0, 80.0):
-        nearest = min(abs(s.mps - mps) for s in senders[1:])
-        candidates = [s for s in senders[1:] if abs(s.mps - mps) == nearest]
-        best = max(candidates, key=lambda s: s.messages)
-        chosen[f"{best.mps:g}/s, {best.messages:,} messages"] = best
+    """The senders whose pacing is shown: the three at SHOWN_MPS and the big one."""
+    chosen = {f"{s.mps:g}/s, {s.messages:,} messages": s for s in senders[1:1 + len(SHOWN_MPS)]}
     chosen[f"the big one, {senders[0].mps:g}/s, {senders[0].messages:,} messages"] = senders[0]
     return chosen
 
@@ -239,19 +238,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=128, help="each worker's send threads (default 128)")
-    parser.add_argument("--quick", action="store_true", help="1,000 senders, 20,000 messages: does it run?")
+    parser.add_argument("--paced-seconds", type=float, default=15.0,
+                        help="messages of the senders whose pacing is shown, in seconds at their rate (default 15)")
+    parser.add_argument("--quick", action="store_true", help="1,000 senders, 20,000 messages, 5 paced seconds")
     add_json_argument(parser)
     args = parser.parse_args()
     if args.quick:
-        args.senders, args.messages = 1000, 20_000
+        args.senders, args.messages, args.paced_seconds = 1000, 20_000, 5.0
     server = server_url()
     facts = machine_facts(server)
-    senders = senders_of(args.senders, args.messages, args.seed)
+    senders = senders_of(args.senders, args.messages, args.seed, args.paced_seconds)
     print(f"# senders: {args.senders:,} senders, {args.messages:,} messages (the big one {senders[0].messages:,}), "
           f"{args.workers} dry-run workers x {args.concurrency}; {facts}", flush=True)
     one = reference(server, args.messages, args.workers, args.concurrency)
-    print(f"one sender            {one['rate']:>8,.0f} claimed + recorded/s ({one['sent']:,} in {one['seconds']:.1f} s)",
-          flush=True)
+    print(f"one sender            {one['rate']:>8,.0f} claimed + recorded/s ({one['sent']:,} in "
+          f"{one['seconds']:.1f} s)", flush=True)
     mix = many(server, senders, args.workers, args.concurrency, one["rate"],
                limit=max(60.0, 3 * one["seconds"] + 30))
     ratio = mix["rate"] / one["rate"]
@@ -265,7 +266,7 @@ def main() -> None:
           f"{mix['big_left']:,}; {mix['given_back']} sends given back (woke late for their slot)")
     print(f"first claim           worst {worst:.2f} s, p99 {p99:.2f} s, median {percentile(waits, 0.5):.2f} s"
           f"{f', {never} never claimed' if never else ''} (goal: all within {GOAL_WAIT:g} s)")
-    slow = sorted(((w, s.phone_number_id, s.mps, s.messages) for s in senders for w in [mix["waits"][s.phone_number_id]]),
+    slow = sorted(((mix["waits"][s.phone_number_id], s.phone_number_id, s.mps, s.messages) for s in senders),
                   reverse=True)[:5]
     print("  longest waits: " + ", ".join(f"{sid} ({mps:g}/s, {n}) {w:.2f} s" for w, sid, mps, n in slow))
     paced_ok = True
@@ -291,7 +292,8 @@ def main() -> None:
              "unit": "s", "value": round(worst, 3), "reference": GOAL_WAIT, "reference_name": "goal",
              "ratio": None, "goal": f"<= {GOAL_WAIT:g} s (p99 {p99:.2f} s)", "met": wait_ok},
             {"what": "most send slots in any one-second window, over each sender's mps (mps 1, 5, 80, the big one)",
-             "unit": "x mps", "value": round(max(p["max_sliding_second"] / p["mps"] for p in mix["pacing"].values()), 3),
+             "unit": "x mps",
+             "value": round(max(p["max_sliding_second"] / p["mps"] for p in mix["pacing"].values()), 3),
              "reference": 1.0, "reference_name": "mps", "ratio": None, "goal": "<= 1", "met": paced_ok},
         ],
         "tables": [{
