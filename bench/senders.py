@@ -4,7 +4,7 @@ first claim while the big one is busy; and whether each sender's pacing still ho
 
     DATABASE_URL=… .venv/bin/python bench/senders.py [--senders 1000] [--messages 100000] [--seed 19]
                                                      [--workers 2] [--concurrency 128] [--paced-seconds 15]
-                                                     [--quick] [--json PATH]
+                                                     [--repeat 2] [--quick] [--json PATH]
 
 Each case fills a scratch database of its own (created and dropped) with set-based INSERTs, then starts WORKERS real
 worker processes (wa_outbox.worker.Worker, WA_OUTBOX_DRY_RUN: the queue machinery alone, no HTTP; a dry-run worker
@@ -20,6 +20,8 @@ still waits for each row's send slot, so pacing is the real one) and times them 
   while pacing is not what limits it: from the start until the senders still holding messages could together send
   less than the reference's rate (their summed mps), claim + record over that window. Stopped once every other
   sender's messages are sent (or at a time limit).
+Both cases run REPEAT times in turn (default 2, --quick once: on a shared machine the load moves between runs); the
+rates are each case's best, the waits and the pacing the worst run's.
 Then, from the timeline: each sender's wait from the start to its first claim (its `sending` event; all of them are
 due at the start, and the big one stays busy throughout): worst and p99; the most send slots (the `send_at` of its
 `sending` events: the dry-run worker sends at its slot) in any one-second window of a few senders (mps 1, 5, 80 and
@@ -240,27 +242,39 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=128, help="each worker's send threads (default 128)")
     parser.add_argument("--paced-seconds", type=float, default=15.0,
                         help="messages of the senders whose pacing is shown, in seconds at their rate (default 15)")
-    parser.add_argument("--quick", action="store_true", help="1,000 senders, 20,000 messages, 5 paced seconds")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of both cases, alternately (default 2)")
+    parser.add_argument("--quick", action="store_true", help="1,000 senders, 20,000 messages, 5 paced seconds, once")
     add_json_argument(parser)
     args = parser.parse_args()
     if args.quick:
-        args.senders, args.messages, args.paced_seconds = 1000, 20_000, 5.0
+        args.senders, args.messages, args.paced_seconds, args.repeat = 1000, 20_000, 5.0, 1
     server = server_url()
     facts = machine_facts(server)
     senders = senders_of(args.senders, args.messages, args.seed, args.paced_seconds)
     print(f"# senders: {args.senders:,} senders, {args.messages:,} messages (the big one {senders[0].messages:,}), "
           f"{args.workers} dry-run workers x {args.concurrency}; {facts}", flush=True)
-    one = reference(server, args.messages, args.workers, args.concurrency)
-    print(f"one sender            {one['rate']:>8,.0f} claimed + recorded/s ({one['sent']:,} in "
-          f"{one['seconds']:.1f} s)", flush=True)
-    mix = many(server, senders, args.workers, args.concurrency, one["rate"],
-               limit=max(60.0, 3 * one["seconds"] + 30))
-    ratio = mix["rate"] / one["rate"]
+    ones, mixes = [], []
+    for run in range(1, args.repeat + 1):  # alternately: on a shared machine the load moves between runs
+        ones.append(reference(server, args.messages, args.workers, args.concurrency))
+        print(f"run {run}: one sender      {ones[-1]['rate']:>8,.0f} claimed + recorded/s ({ones[-1]['sent']:,} in "
+              f"{ones[-1]['seconds']:.1f} s)", flush=True)
+        mixes.append(many(server, senders, args.workers, args.concurrency, ones[-1]["rate"],
+                          limit=max(60.0, 3 * ones[-1]["seconds"] + 30)))
+        print(f"run {run}: {args.senders:,} senders {mixes[-1]['rate']:>8,.0f} claimed + recorded/s over the first "
+              f"{mixes[-1]['window']:.1f} s", flush=True)
+    # The rates: the best of each (what the machine let each do); the waits and the pacing: the worst run's.
+    one = max(ones, key=lambda r: r["rate"])
+    best = max(mixes, key=lambda r: r["rate"])
+    mix = max(mixes, key=lambda r: max(r["waits"].values()))
+    for name, p in mix["pacing"].items():
+        p["max_sliding_second"] = max(m["pacing"][name]["max_sliding_second"] for m in mixes)
+    ratio = best["rate"] / one["rate"]
     waits = list(mix["waits"].values())
     worst, p99 = max(waits), percentile(waits, 0.99)
     never = sum(1 for s in senders if mix["waits"][s.phone_number_id] >= mix["seconds"])
-    print(f"{args.senders:,} senders         {mix['rate']:>8,.0f} claimed + recorded/s over the first "
-          f"{mix['window']:.1f} s ({mix['in_window']:,} sent; pacing bounds it after that); ratio {ratio:.2f} "
+    print(f"one sender            {one['rate']:>8,.0f} claimed + recorded/s (best of {len(ones)})")
+    print(f"{args.senders:,} senders         {best['rate']:>8,.0f} claimed + recorded/s over the first "
+          f"{best['window']:.1f} s ({best['in_window']:,} sent; pacing bounds it after that); ratio {ratio:.2f} "
           f"(goal >= {GOAL_RATIO})", flush=True)
     print(f"  run {mix['seconds']:.1f} s, every other sender done: {mix['finished']}; the big one still holds "
           f"{mix['big_left']:,}; {mix['given_back']} sends given back (woke late for their slot)")
@@ -278,15 +292,17 @@ def main() -> None:
     wait_ok = worst <= GOAL_WAIT
     write(args.json, "senders", {
         "senders": args.senders, "messages": args.messages, "seed": args.seed, "workers": args.workers,
-        "concurrency": args.concurrency, "one_sender": one,
-        "many": {k: v for k, v in mix.items() if k not in ("waits", "pacing")},
+        "concurrency": args.concurrency, "one_sender": one, "one_sender_runs": [r["rate"] for r in ones],
+        "many": {k: v for k, v in best.items() if k not in ("waits", "pacing")},
+        "many_runs": [r["rate"] for r in mixes],
         "first_claim_seconds": {"worst": worst, "p99": p99, "median": percentile(waits, 0.5), "never": never},
         "pacing": {name: {k: v for k, v in p.items() if k != "per_second"} for name, p in mix["pacing"].items()},
         "ratio": ratio,
         "headline": [
             {"what": f"claim + record (dry run), {args.senders:,} senders at 1-80 mps, {args.messages:,} queued, "
-                     "one holding half", "unit": "msgs/s", "value": round(mix["rate"], 1),
-             "reference": round(one["rate"], 1), "reference_name": "the same total queued on one sender",
+                     "one holding half", "unit": "msgs/s", "value": round(best["rate"], 1),
+             "reference": round(one["rate"], 1),
+             "reference_name": f"the same total queued on one sender (best of {len(ones)} alternate runs each)",
              "ratio": round(ratio, 3), "goal": f">= {GOAL_RATIO:.2f} of the reference", "met": ratio >= GOAL_RATIO},
             {"what": f"longest wait for a sender's first claim, {args.senders:,} senders, the big one busy",
              "unit": "s", "value": round(worst, 3), "reference": GOAL_WAIT, "reference_name": "goal",
@@ -297,11 +313,13 @@ def main() -> None:
              "reference": 1.0, "reference_name": "mps", "ratio": None, "goal": "<= 1", "met": paced_ok},
         ],
         "tables": [{
-            "title": f"Claim + record, {args.workers} dry-run workers x {args.concurrency}, {args.messages:,} queued",
-            "columns": ["case", "claimed + recorded/s", "measured over s", "sent in it"],
-            "rows": [["one sender (no rate limit)", round(one["rate"], 1), round(one["seconds"], 2), one["sent"]],
-                     [f"{args.senders:,} senders at 1-80 mps, the big one {senders[0].messages:,}",
-                      round(mix["rate"], 1), round(mix["window"], 2), mix["in_window"]]],
+            "title": f"Claim + record, {args.workers} dry-run workers x {args.concurrency}, {args.messages:,} queued "
+                     "(each run of the two cases in turn)",
+            "columns": ["run", "case", "claimed + recorded/s", "measured over s", "sent in it"],
+            "rows": [row for run, (o, m) in enumerate(zip(ones, mixes, strict=True), 1) for row in (
+                [run, "one sender (no rate limit)", round(o["rate"], 1), round(o["seconds"], 2), o["sent"]],
+                [run, f"{args.senders:,} senders at 1-80 mps, the big one {senders[0].messages:,}",
+                 round(m["rate"], 1), round(m["window"], 2), m["in_window"]])],
         }, {
             "title": "Wait from the start to each sender's first claim (all due at the start)",
             "columns": ["senders", "worst s", "p99 s", "median s", "never claimed"],
