@@ -27,11 +27,13 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
 ), walk (sender, wrapped, slots, share, total) AS (
     -- The senders with queued rows, in key order from the one after %(after)s round to %(after)s itself (one index
     -- descent each), with the slots each could get now: its grant reserved just before, else its schedule as
-    -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows
-    -- (at most %(limit)s / 64): the walk stops once the shares fill the batch, so one claim serves many senders and
-    -- the next goes on from there; a sender without a free slot is passed over and its rows are not read.
-    SELECT f.sender, f.wrapped, q.slots, least(q.slots, greatest(1, %(limit)s / 64)),
-           least(q.slots, greatest(1, %(limit)s / 64))
+    -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows:
+    -- at most %(limit)s / 64, and no more than its slots within 0.1 s (`soon`: a claimed row holds a worker's send
+    -- thread until its slot, so a slow sender's rows would hold threads the others could use). The walk stops once
+    -- the shares fill the batch, so one claim serves many senders and the next goes on from there; a sender with no
+    -- slot soon is passed over and its rows are not read.
+    SELECT f.sender, f.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
+           least(q.soon, greatest(1, %(limit)s / 64))
     FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n
                                       WHERE n.status = 'queued' AND NOT n.blocked
                                       ORDER BY n.phone_number_id LIMIT 1)) AS sender,
@@ -41,17 +43,24 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                         ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up
           OFFSET 0) f  -- OFFSET 0: computed once, not once per use
     CROSS JOIN LATERAL (
-        SELECT coalesce((SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1), (
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1) AS granted) a
+        LEFT JOIN LATERAL (
             SELECT CASE WHEN r.paused_until > now() THEN 0
-                        ELSE least(%(limit)s, greatest(0, floor(
-                            least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
-                            + %(horizon)s * sh.refill + 1e-9)))::integer END
-            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh
-            WHERE r.phone_number_id = f.sender), %(limit)s) AS slots OFFSET 0) q
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + %(horizon)s * sh.refill + 1e-9)))::integer
+                   END AS slots,
+                   CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
+                   END AS soon
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+                 LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                          AS level) l
+            WHERE r.phone_number_id = f.sender) b ON true
+        OFFSET 0) q
     WHERE f.sender IS NOT NULL
     UNION ALL
-    SELECT nx.sender, nx.wrapped, q.slots, least(q.slots, greatest(1, %(limit)s / 64)),
-           w.total + least(q.slots, greatest(1, %(limit)s / 64))
+    SELECT nx.sender, nx.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
+           w.total + least(q.soon, greatest(1, %(limit)s / 64))
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT coalesce(up.sender, CASE WHEN NOT w.wrapped AND %(after)s <> '' THEN (
@@ -62,13 +71,20 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                       WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > w.sender
                       ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up OFFSET 0) nx
     CROSS JOIN LATERAL (
-        SELECT coalesce((SELECT a.granted FROM ahead a WHERE a.phone_number_id = nx.sender LIMIT 1), (
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = nx.sender LIMIT 1) AS granted) a
+        LEFT JOIN LATERAL (
             SELECT CASE WHEN r.paused_until > now() THEN 0
-                        ELSE least(%(limit)s, greatest(0, floor(
-                            least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
-                            + %(horizon)s * sh.refill + 1e-9)))::integer END
-            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh
-            WHERE r.phone_number_id = nx.sender), %(limit)s) AS slots OFFSET 0) q
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + %(horizon)s * sh.refill + 1e-9)))::integer
+                   END AS slots,
+                   CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
+                   END AS soon
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+                 LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                          AS level) l
+            WHERE r.phone_number_id = nx.sender) b ON true
+        OFFSET 0) q
     WHERE w.total < %(limit)s AND nx.sender IS NOT NULL
       AND NOT (nx.wrapped AND (nx.sender > %(after)s OR %(after)s = ''))
 ), lap AS (  -- the whole circle walked with room left in the batch
