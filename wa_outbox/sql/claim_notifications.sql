@@ -1,9 +1,14 @@
 -- Claim up to %(limit)s due messages for one worker, in one statement:
---  * take due queued rows, transactional (priority 0) before campaign (1), each by next_attempt_at, skipping rows
---    other workers hold. One index range per priority, read lazily: a batch filled by priority 0 never reads 1, rows
---    not yet due are never read, parked followers are not in the index (notifications_due): O(batch). Each range
---    has its own LIMIT: the planner does not carry the outer LIMIT into these locking subqueries, and once history
---    makes the table big it reads and sorts every due row instead of walking the index (bench/history.py);
+--  * walk the senders that have queued rows round the circle, from the one after %(after)s (where this worker's
+--    last claim stopped: worker/_sender.py next_walk_start), and take each one's due rows, transactional
+--    (priority 0) before campaign (1), each by next_attempt_at, skipping rows other workers hold: its share of the
+--    batch while other senders wait (at most %(limit)s / 64 and its slots within 0.1 s), so a sender with a long
+--    backlog and no free slot holds no one back and its rows are not read (many senders, issue 19); round the whole
+--    circle with room left, as many as there is room for. One index descent per sender walked, one index range per
+--    sender and priority (notifications_sender_due), read lazily: rows not yet due are never read, parked followers
+--    are not in the index: O(batch + senders walked). Each range has its own LIMIT: the planner does not carry the
+--    outer LIMIT into these locking subqueries, and once history makes the table big it reads and sorts every due
+--    row instead of walking the index (bench/history.py);
 --  * the 24-hour window (%(enforce_window)s): a non-template message to a recipient who has not written in 24 h
 --    (or never, as far as wa-outbox knows) goes `dead` (outside_service_window) instead of into a certain 131047;
 --  * order per recipient: an ordered message with an earlier unfinished one in its line (same sender and recipient)
@@ -11,7 +16,8 @@
 --  * pair pacing: per recipient at most %(pair_burst)s at once, then one per %(pair_interval)s s (contacts.
 --    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
 --    their time without burning an attempt;
---  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots: slots 1/rate
+--  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots_set, all senders in
+--    one call; a sender whose rate_limits row another claim holds is passed over instead of waited for: slots 1/rate
 --    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
 --    wait until their slot would come within the horizon. A sender in %(reserved)s (a JSON array of
 --    reserve_slots_ahead.sql's rows) had its slots reserved by this worker just before, in a transaction of its own:
