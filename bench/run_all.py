@@ -42,6 +42,7 @@ class Bench:
 # The order they run in: cheap ones first, so a broken setup shows early.
 BENCHES: tuple[Bench, ...] = (
     Bench("claim", "claim.py", (), ("--n", "1000", "--waiting", "2000")),
+    Bench("senders", "senders.py", (), ("--quick",)),  # 1,000 senders, 100,000 queued (quick: 20,000)
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
     Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
     Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3")),

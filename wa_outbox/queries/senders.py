@@ -105,12 +105,13 @@ _CLAIMED = class_row(Claimed)
 
 def claim_notifications(engine: sa.Engine, *, limit: int, worker_id: str, lease_seconds: float, default_mps: float,
                         enforce_window: bool, pair_burst: int, pair_interval: float, lead: float, horizon: float,
-                        reserved: str) -> list[Claimed]:
-    """Claim up to `limit` due rows (`reserved`: the JSON text of reserve_slots_ahead's grants). Never repeated."""
+                        reserved: str, after: str = "") -> list[Claimed]:
+    """Claim up to `limit` due rows (`reserved`: the JSON text of reserve_slots_ahead's grants; `after`: the sender
+    the walk over the senders starts after, worker/_sender.py next_walk_start). Never repeated."""
     return db.fetch(engine, "claim_notifications", {
         "limit": limit, "worker_id": worker_id, "lease_seconds": lease_seconds, "default_mps": default_mps,
         "enforce_window": enforce_window, "pair_burst": pair_burst, "pair_interval": pair_interval, "lead": lead,
-        "horizon": horizon, "reserved": reserved}, row_factory=_CLAIMED)
+        "horizon": horizon, "reserved": reserved, "after": after}, row_factory=_CLAIMED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,14 @@
 -- Claim up to %(limit)s due messages for one worker, in one statement:
---  * take due queued rows, transactional (priority 0) before campaign (1), each by next_attempt_at, skipping rows
---    other workers hold. One index range per priority, read lazily: a batch filled by priority 0 never reads 1, rows
---    not yet due are never read, parked followers are not in the index (notifications_due): O(batch). Each range
---    has its own LIMIT: the planner does not carry the outer LIMIT into these locking subqueries, and once history
---    makes the table big it reads and sorts every due row instead of walking the index (bench/history.py);
+--  * walk the senders that have queued rows round the circle, from the one after %(after)s (where this worker's
+--    last claim stopped: worker/_sender.py next_walk_start), and take each one's due rows, transactional
+--    (priority 0) before campaign (1), each by next_attempt_at, skipping rows other workers hold: its share of the
+--    batch while other senders wait (at most %(limit)s / 64 and its slots within 0.1 s), so a sender with a long
+--    backlog and no free slot holds no one back and its rows are not read (many senders, issue 19); round the whole
+--    circle with room left, as many as there is room for. One index descent per sender walked, one index range per
+--    sender and priority (notifications_sender_due), read lazily: rows not yet due are never read, parked followers
+--    are not in the index: O(batch + senders walked). Each range has its own LIMIT: the planner does not carry the
+--    outer LIMIT into these locking subqueries, and once history makes the table big it reads and sorts every due
+--    row instead of walking the index (bench/history.py);
 --  * the 24-hour window (%(enforce_window)s): a non-template message to a recipient who has not written in 24 h
 --    (or never, as far as wa-outbox knows) goes `dead` (outside_service_window) instead of into a certain 131047;
 --  * order per recipient: an ordered message with an earlier unfinished one in its line (same sender and recipient)
@@ -11,7 +16,8 @@
 --  * pair pacing: per recipient at most %(pair_burst)s at once, then one per %(pair_interval)s s (contacts.
 --    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
 --    their time without burning an attempt;
---  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots: slots 1/rate
+--  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots_set, all senders in
+--    one call; a sender whose rate_limits row another claim holds is passed over instead of waited for: slots 1/rate
 --    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
 --    wait until their slot would come within the horizon. A sender in %(reserved)s (a JSON array of
 --    reserve_slots_ahead.sql's rows) had its slots reserved by this worker just before, in a transaction of its own:
@@ -20,21 +26,110 @@
 --  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
 --    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
 --    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
-WITH candidates AS (
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 0 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p0
+WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sql)
+    SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
+        AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
+             refill double precision, paused boolean)
+), walk (sender, wrapped, slots, share, total) AS (
+    -- The senders with queued rows, in key order from the one after %(after)s round to %(after)s itself (one index
+    -- descent each), with the slots each could get now: its grant reserved just before, else its schedule as
+    -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows:
+    -- at most %(limit)s / 64, and no more than its slots within 0.1 s (`soon`: a claimed row holds a worker's send
+    -- thread until its slot, so a slow sender's rows would hold threads the others could use). The walk stops once
+    -- the shares fill the batch, so one claim serves many senders and the next goes on from there; a sender with no
+    -- slot soon is passed over and its rows are not read.
+    SELECT f.sender, f.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
+           least(q.soon, greatest(1, %(limit)s / 64))
+    FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                                      WHERE n.status = 'queued' AND NOT n.blocked
+                                      ORDER BY n.phone_number_id LIMIT 1)) AS sender,
+                 up.sender IS NULL AS wrapped  -- none after %(after)s: from the first
+          FROM (SELECT (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                        WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > %(after)s
+                        ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up
+          OFFSET 0) f  -- OFFSET 0: computed once, not once per use
+    CROSS JOIN LATERAL (
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1) AS granted) a
+        LEFT JOIN LATERAL (
+            SELECT CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + %(horizon)s * sh.refill + 1e-9)))::integer
+                   END AS slots,
+                   CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
+                   END AS soon
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+                 LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                          AS level) l
+            WHERE r.phone_number_id = f.sender) b ON true
+        OFFSET 0) q
+    WHERE f.sender IS NOT NULL
     UNION ALL
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority = 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p1
-    UNION ALL
-    SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at, n.message
-                   FROM wa_outbox.notifications n
-                   WHERE n.status = 'queued' AND NOT n.blocked AND n.priority > 1 AND n.next_attempt_at <= now()
-                   ORDER BY n.priority, n.next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) p2
+    SELECT nx.sender, nx.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
+           w.total + least(q.soon, greatest(1, %(limit)s / 64))
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT coalesce(up.sender, CASE WHEN NOT w.wrapped AND %(after)s <> '' THEN (
+                   SELECT n.phone_number_id FROM wa_outbox.notifications n
+                   WHERE n.status = 'queued' AND NOT n.blocked ORDER BY n.phone_number_id LIMIT 1) END) AS sender,
+               w.wrapped OR up.sender IS NULL AS wrapped
+        FROM (SELECT (SELECT n.phone_number_id FROM wa_outbox.notifications n
+                      WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > w.sender
+                      ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up OFFSET 0) nx
+    CROSS JOIN LATERAL (
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = nx.sender LIMIT 1) AS granted) a
+        LEFT JOIN LATERAL (
+            SELECT CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + %(horizon)s * sh.refill + 1e-9)))::integer
+                   END AS slots,
+                   CASE WHEN r.paused_until > now() THEN 0
+                        ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
+                   END AS soon
+            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+                 LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
+                          AS level) l
+            WHERE r.phone_number_id = nx.sender) b ON true
+        OFFSET 0) q
+    WHERE w.total < %(limit)s AND nx.sender IS NOT NULL
+      AND NOT (nx.wrapped AND (nx.sender > %(after)s OR %(after)s = ''))
+), lap AS (  -- the whole circle walked with room left in the batch
+    SELECT max(w.total) < %(limit)s AS whole FROM walk w
+), candidates AS (  -- in walk order, each sender's due rows, its share (or all its slots), up to %(limit)s in all
+    SELECT c.* FROM walk w
+    CROSS JOIN lap
+    -- a sender another claim is reserving slots for right now is left to it (its slots are going anyway)
+    LEFT JOIN LATERAL (SELECT true AS free FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender
+                       AND w.sender NOT IN (SELECT a.phone_number_id FROM ahead a)
+                       FOR UPDATE SKIP LOCKED) mine ON true
+    -- round the whole circle with room left: as many due rows as the batch has room for (the rows over a sender's
+    -- slots are put back until their slot, paused ones until the pause ends: read once, not at every claim)
+    CROSS JOIN LATERAL (SELECT CASE WHEN lap.whole THEN %(limit)s ELSE w.share END AS slots) q
+    CROSS JOIN LATERAL (
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority = 0 AND n.next_attempt_at <= now()
+                       ORDER BY n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p0
+        UNION ALL
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority = 1 AND n.next_attempt_at <= now()
+                       ORDER BY n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p1
+        UNION ALL
+        SELECT * FROM (SELECT n.id, n.phone_number_id, n.recipient, n.ordered, n.priority, n.next_attempt_at,
+                              n.message
+                       FROM wa_outbox.notifications n
+                       WHERE n.phone_number_id = w.sender AND n.status = 'queued' AND NOT n.blocked
+                         AND n.priority > 1 AND n.next_attempt_at <= now()
+                       ORDER BY n.priority, n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p2
+        LIMIT q.slots) c
+    WHERE q.slots > 0
+      AND (mine.free OR w.sender IN (SELECT a.phone_number_id FROM ahead a)
+           OR NOT EXISTS (SELECT 1 FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender))
     LIMIT %(limit)s
 ), seen AS (
     SELECT c.id, c.phone_number_id, c.recipient, c.ordered, c.priority, c.next_attempt_at,
@@ -73,17 +168,16 @@ WITH candidates AS (
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL
-), ahead AS (  -- slots reserved just before (reserve_slots_ahead.sql)
-    SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
-        AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
-             refill double precision, paused boolean)
+), wanted AS (  -- the slots each sender's rows want that were not reserved ahead
+    SELECT f.phone_number_id, count(*)::integer AS n FROM free f
+    WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
 ), grants AS (
     SELECT a.phone_number_id, a.granted, a.slots_from, a.level, a.refill, a.paused FROM ahead a
     UNION ALL
-    SELECT s.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused
-    FROM (SELECT f.phone_number_id, count(*)::integer AS wanted FROM free f
-          WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id) s,
-         LATERAL wa_outbox.reserve_slots(s.phone_number_id, s.wanted, %(default_mps)s, %(lead)s, %(horizon)s) g
+    SELECT g.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused  -- all senders in one call
+    FROM wa_outbox.reserve_slots_set(ARRAY(SELECT w.phone_number_id FROM wanted w ORDER BY w.phone_number_id),
+                                     ARRAY(SELECT w.n FROM wanted w ORDER BY w.phone_number_id),
+                                     %(default_mps)s, %(lead)s, %(horizon)s) g
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'

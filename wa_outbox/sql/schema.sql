@@ -15,6 +15,7 @@
 --   Webhooks: inbound events       webhook_events, webhook_bodies, callback_outbox_id()
 --   Contacts                       contacts (pair pacing), return_pair_reservations()
 --   Rate limits                    rate_limits, bucket_shape(), reserve_slots(), reserve_slots_ahead()
+--                                  reserve_slots_set()
 --   Campaigns                      campaigns, enqueue_campaign(), steer_campaign(), the parking trigger
 --   Workers and their metrics      workers, worker_metrics
 --   /ops sessions                  ops_sessions
@@ -101,6 +102,10 @@ CREATE UNIQUE INDEX notifications_wamid ON wa_outbox.notifications (wamid) WHERE
 -- The claim takes due rows by (priority, next_attempt_at). Partial, so its size is the queue's, not the table's
 -- (claiming is O(batch)); parked followers are not in it.
 CREATE INDEX notifications_due ON wa_outbox.notifications (priority, next_attempt_at)
+    WHERE status = 'queued' AND NOT blocked;
+-- The claim walks the senders with queued rows in key order and takes each one's due rows, as many as it has send
+-- slots for: a sender with a long backlog and no free slot does not hold the others back (many senders).
+CREATE INDEX notifications_sender_due ON wa_outbox.notifications (phone_number_id, priority, next_attempt_at)
     WHERE status = 'queued' AND NOT blocked;
 -- The rescuer: expired leases.
 CREATE INDEX notifications_leased ON wa_outbox.notifications (locked_until) WHERE status = 'sending';
@@ -807,6 +812,51 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            CASE WHEN burst IS NULL THEN 1 ELSE burst END
 $$;
 
+-- reserve_slots_set(): reserve_slots() for several senders at once, in one statement (the claim serves many senders
+-- per batch: one function call, one UPDATE, instead of one of each per sender). The same rule, for each sender of
+-- `senders` (distinct) wanting the matching count of `wants`: creates missing buckets at the default rate, locks the
+-- senders' rows in key order (two claims lock the same rows in the same order: no deadlocks), reads the time after
+-- the locks are taken, and writes only the schedules that granted something. One row per sender, in key order.
+CREATE FUNCTION wa_outbox.reserve_slots_set(senders text[], wants integer[], default_mps double precision,
+                                            lead double precision, horizon double precision)
+    RETURNS TABLE (phone_number_id text, granted integer, slots_from timestamptz, level double precision,
+                   refill double precision, paused boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
+    SELECT u.s, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp()
+    FROM unnest(senders) AS u(s)
+    WHERE NOT EXISTS (SELECT 1 FROM wa_outbox.rate_limits r WHERE r.phone_number_id = u.s)
+    ORDER BY u.s
+    ON CONFLICT (phone_number_id) DO NOTHING;
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        SELECT r.phone_number_id AS sender, r.mps, r.burst, r.tokens, r.refilled_at, r.paused_until, u.n AS wanted
+        FROM wa_outbox.rate_limits r JOIN unnest(senders, wants) AS u(s, n) ON u.s = r.phone_number_id
+        ORDER BY r.phone_number_id FOR UPDATE OF r
+    ), timed AS MATERIALIZED (  -- the earliest slot, read after the locks
+        SELECT l.*, sh.refill AS rate, sh.capacity,
+               clock_timestamp() + make_interval(secs => least(lead, 1 / sh.refill)) AS t
+        FROM locked l, wa_outbox.bucket_shape(l.mps, l.burst) sh
+    ), shaped AS MATERIALIZED (
+        SELECT x.sender, x.rate, x.wanted, coalesce(x.paused_until > x.t, false) AS halted,
+               CASE WHEN x.paused_until > x.t THEN x.paused_until ELSE x.t END AS slots_at,
+               CASE WHEN x.paused_until > x.t THEN x.capacity  -- the bucket refills during the pause
+                    ELSE least(x.capacity, x.tokens + extract(epoch FROM x.t - x.refilled_at) * x.rate) END AS lvl
+        FROM timed x
+    ), decided AS MATERIALIZED (
+        -- slot k is within the horizon while (k - level) / refill <= horizon (+ 1e-9: float rounding)
+        SELECT s.*, CASE WHEN s.halted THEN 0
+                         ELSE greatest(0, least(s.wanted, floor(s.lvl + horizon * s.rate + 1e-9)::integer)) END AS n
+        FROM shaped s
+    ), moved AS (  -- an empty grant leaves the schedule as it was (see reserve_slots_ahead)
+        UPDATE wa_outbox.rate_limits r SET tokens = d.lvl - d.n, refilled_at = d.slots_at
+        FROM decided d WHERE r.phone_number_id = d.sender AND d.n > 0
+    )
+    SELECT d.sender, d.n, d.slots_at, d.lvl, d.rate, d.halted FROM decided d ORDER BY d.sender;
+END $$;
+
 -- reserve_slots(): up to `wanted` send slots for a sender, none earlier than `lead` seconds from now (the claim's
 -- own latency: its rows reach the worker before their slot, so an idle sender's first send is not late on its slot
 -- and squeezed against the next ones; at most one slot interval, so at rates the workers cannot reach, where the
@@ -818,39 +868,15 @@ $$;
 -- any number of machines share one schedule; the time is read after it is taken, so a claim that waited for the
 -- lock still reserves from the schedule as the previous holder left it. A reservation granting nothing writes
 -- nothing: refilled_at identifies the last reservation for reserve_slots_ahead's refund, and an empty grant must not
--- spoil the refund of one that got slots.
+-- spoil the refund of one that got slots. The rule is reserve_slots_set's, for one sender.
 CREATE FUNCTION wa_outbox.reserve_slots(sender text, wanted integer, default_mps double precision,
                                         lead double precision, horizon double precision,
                                         OUT granted integer, OUT slots_from timestamptz, OUT level double precision,
                                         OUT refill double precision, OUT paused boolean)
 LANGUAGE plpgsql AS $$
-DECLARE
-    b wa_outbox.rate_limits;
-    shape record;
-    t timestamptz;
 BEGIN
-    INSERT INTO wa_outbox.rate_limits (phone_number_id, mps, burst, tokens, refilled_at)
-    VALUES (sender, default_mps, NULL, (wa_outbox.bucket_shape(default_mps, NULL)).capacity, clock_timestamp())
-    ON CONFLICT (phone_number_id) DO NOTHING;
-    SELECT * INTO b FROM wa_outbox.rate_limits r WHERE r.phone_number_id = sender FOR UPDATE;
-    shape := wa_outbox.bucket_shape(b.mps, b.burst);
-    t := clock_timestamp() + make_interval(secs => least(lead, 1 / shape.refill));  -- the earliest slot
-    refill := shape.refill;
-    IF b.paused_until > t THEN
-        granted := 0;
-        slots_from := b.paused_until;
-        level := shape.capacity;  -- the bucket refills during the pause
-        paused := true;
-        RETURN;
-    END IF;
-    paused := false;
-    slots_from := t;
-    level := least(shape.capacity, b.tokens + extract(epoch FROM t - b.refilled_at) * shape.refill);
-    -- slot k is within the horizon while (k - level) / refill <= horizon (+ 1e-9: float rounding)
-    granted := greatest(0, least(wanted, floor(level + horizon * shape.refill + 1e-9)::integer));
-    IF granted > 0 THEN  -- an empty grant leaves the schedule as it was (see reserve_slots_ahead)
-        UPDATE wa_outbox.rate_limits r SET tokens = level - granted, refilled_at = t WHERE r.phone_number_id = sender;
-    END IF;
+    SELECT g.granted, g.slots_from, g.level, g.refill, g.paused INTO granted, slots_from, level, refill, paused
+    FROM wa_outbox.reserve_slots_set(ARRAY[sender], ARRAY[wanted], default_mps, lead, horizon) g;
 END $$;
 
 -- Slots reserved ahead, in a transaction of their own (reserve_slots_ahead.sql, a short statement committed at once):

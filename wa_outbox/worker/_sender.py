@@ -112,10 +112,22 @@ def one_line(exc: BaseException) -> str:
 
 def claim_pacing(settings: Settings) -> dict:
     """The claim's pacing parameters: the send-slot horizon, pair pacing and the 24-hour window rule; no slots
-    reserved ahead (`reserved`: every sender's slots are reserved inside the claim)."""
+    reserved ahead (`reserved`: every sender's slots are reserved inside the claim); the walk over the senders
+    starts at the first (`after`: next_walk_start)."""
     return {"lead": SLOT_LEAD, "horizon": SLOT_HORIZON, "pair_interval": settings.pair_rate_seconds,
             "pair_burst": settings.pair_burst, "enforce_window": settings.service_window == "enforce",
-            "reserved": "[]"}
+            "reserved": "[]", "after": ""}
+
+
+def next_walk_start(after: str, claimed_senders: list[str]) -> str:
+    """Where the next claim's walk over the senders starts: after the last sender this one claimed for, in the walk's
+    order (the senders after `after` in key order, then from the first up to `after`), so that each claim goes on
+    round the circle where the last stopped and every sender with due rows gets its turn, however long the backlog
+    of the others. Nothing claimed: the same start."""
+    if not claimed_senders:
+        return after
+    wrapped = [s for s in claimed_senders if s <= after]
+    return max(wrapped) if wrapped else max(claimed_senders)
 
 
 def next_reservations(reserved: list[queries.SlotGrant], claimed_senders: list[str], limit: int
@@ -127,10 +139,13 @@ def next_reservations(reserved: list[queries.SlotGrant], claimed_senders: list[s
     each row it claimed. Only a claim that filled every free thread reserves ahead next time (for the senders it
     claimed for): the queue is ahead of the worker, the claims are what limits it, and they must not wait for each
     other. A claim that found fewer rows was limited by the rate or by what was due: the next reserves inside the
-    claim, as many slots as it has rows, none left unused. The slots of a grant beyond the rows claimed (the last
+    claim, as many slots as it has rows, none left unused; so does a sender that took less than a quarter of the
+    batch. The slots of a grant beyond the rows claimed (the last
     ones: rows take slots in order) are given back, as (how many, the grant's slots_from, which identifies it)."""
     counts = Counter(claimed_senders)
-    ahead = sorted(counts) if len(claimed_senders) >= limit else []
+    # Only for a sender that took a good part of the batch (a quarter): with many senders each claim serves others
+    # (the walk goes on round them, claim_notifications.sql), and slots reserved ahead for them would go unused.
+    ahead = sorted(s for s, n in counts.items() if 4 * n >= limit) if len(claimed_senders) >= limit else []
     unused = {g.phone_number_id: (g.granted - counts[g.phone_number_id], g.slots_from)
               for g in reserved if g.granted > counts[g.phone_number_id]}
     return ahead, unused
@@ -173,6 +188,7 @@ class Sender:
         self._send_seconds: float | None = None   # moving averages (gather_first)
         self._claim_seconds: float | None = None
         self._reserve_for: list[str] = []       # senders whose slots the next claim reserves ahead (next_reservations)
+        self._walk_after = ""                   # the next claim walks the senders from here (next_walk_start)
         # slots to give back (right after the claim, else later)
         self._unused: dict[str, tuple[int, datetime | None]] = {}
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="send")
@@ -290,8 +306,10 @@ class Sender:
         rows = queries.claim_notifications(
             self.engine, limit=limit, worker_id=self.worker_id, lease_seconds=self.settings.lease_seconds,
             default_mps=self.settings.rate_limit_mps, **{**claim_pacing(self.settings),
-            "reserved": json.dumps([grant.as_json() for grant in reserved], default=str)})
-        self._reserve_for, self._unused = next_reservations(reserved, [row.phone_number_id for row in rows], limit)
+            "reserved": json.dumps([grant.as_json() for grant in reserved], default=str), "after": self._walk_after})
+        claimed_senders = [row.phone_number_id for row in rows]
+        self._reserve_for, self._unused = next_reservations(reserved, claimed_senders, limit)
+        self._walk_after = next_walk_start(self._walk_after, claimed_senders)
         if self._unused:
             self._give_back_unused()
         self._claim_seconds = moving_average(self._claim_seconds, time.monotonic() - started)
