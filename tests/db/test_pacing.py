@@ -204,7 +204,8 @@ def test_the_worker_throttled_gives_back_the_rows_waiting_for_their_slots_withou
 
 def test_a_stopping_worker_gives_back_the_rows_waiting_for_their_slots(db, sender, sim, settings, run):
     """At 4/s a claim reserves a slot now and more up to half a second ahead; stopping right after the first send
-    leaves those unsent: they go back to queued at once, attempt not counted, nothing left `sending`."""
+    leaves those unsent: they go back to queued at once, attempt not counted, nothing left `sending`. The rows the
+    claim found beyond its slots wait, queued, for the sender's next slots (a second or two at 4/s), never longer."""
     assert run("ratelimit", "set", SENDER, "--mps", "4").exit_code == 0
     ids = queue(db, 6)
     with running_worker(worker_settings(settings, sim.base_url)):
@@ -213,10 +214,13 @@ def test_a_stopping_worker_gives_back_the_rows_waiting_for_their_slots(db, sende
     assert len(sent) < len(ids)
     given_back = released(db, "the worker stopped")
     assert given_back and all(attempt == 0 for _, attempt in given_back)
-    rows = db.execute("SELECT id, status, attempts, next_attempt_at <= now() FROM wa_outbox.notifications "
-                      "ORDER BY id").fetchall()
+    rows = db.execute("SELECT id, status, attempts, next_attempt_at <= now() + interval '5 seconds' "
+                      "FROM wa_outbox.notifications ORDER BY id").fetchall()
     assert {r[0] for r in rows if r[1] == "sent"} == sent
     assert all(r[1:] == ("queued", 0, True) for r in rows if r[0] not in sent), rows
+    due_now = {message_id for message_id, _ in given_back}
+    assert due_now and db.execute("SELECT bool_and(next_attempt_at <= now()) FROM wa_outbox.notifications "
+                                  "WHERE id = ANY(%s)", (list(due_now),)).fetchone()[0]  # given back: due at once
 
 
 def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_messages(
