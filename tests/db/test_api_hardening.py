@@ -134,6 +134,8 @@ def test_a_lost_commit_reply_is_retried_onto_the_same_row(app, db, sender, monke
     calls = []
 
     def commit_then_lose_reply(engine, name, params, row_factory):
+        if name != "enqueue_one":  # another thread's query (the app's registry reloading) goes through untouched
+            return real(engine, name, params, row_factory)
         calls.append(name)
         result = real(engine, name, params, row_factory)
         if len(calls) == 1:
