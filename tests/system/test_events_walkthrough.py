@@ -151,7 +151,7 @@ def test_dev_then_events_listen_hears_a_reply_and_a_send_s_statuses(database_url
     codes = [r[0] for r in db.execute("SELECT status_code FROM wa_outbox.delivery_attempts")]
     assert codes == [200] * 4, codes
     delays = {"reply": reply_delay, **{e["data"]["status"]: at - sending for e, (at, _) in
-                                       zip(status_events, status_lines)}}
+                                       zip(status_events, status_lines, strict=True)}}
     print("\nevents walk-through delays (s):", json.dumps({k: round(v, 3) for k, v in delays.items()}))
 
 

@@ -17,8 +17,8 @@ import datetime
 import json
 import os
 import shutil
-import sys
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,7 +151,8 @@ def test_a_worker_s_deliveries_all_verify_at_the_node_example(database_url, db, 
                  what="five deliveries recorded")
     printed = sorted(lines, key=lambda line: int(line.split()[1].removeprefix("evt_")))
     assert [line.split()[:2] for line in printed] == [[t, events.event_id(s)] for t, s in
-                                                     zip(["message.received"] * 3 + ["message.status"] * 2, seqs)]
+                                                     zip(["message.received"] * 3 + ["message.status"] * 2, seqs,
+                                                         strict=True)]
     assert all(json.loads(line.split(" ", 2)[2])["text"] == "olá ✓" for line in printed)
     # every delivery verified at the first try: a refused one would have been answered 401 and tried again
     assert deliveries(db, endpoint_id) == [(s, "delivered", 1, [204]) for s in seqs]
