@@ -198,6 +198,22 @@ def test_an_endpoint_answering_410_is_disabled_and_gets_nothing_more(database_ur
     assert cli(database_url, "show", gone_id)["state"] == "disabled"
 
 
+def test_during_a_rotation_a_receiver_on_either_secret_verifies_the_worker_s_deliveries(database_url, db, node_dir):
+    port = free_port()
+    endpoint_id, old = added(database_url, f"http://127.0.0.1:{port}/")
+    new = cli(database_url, "rotate-secret", endpoint_id)["secret"]
+    assert new != old
+    with cli_worker(push_env(database_url, SECRET_KEY)):
+        for secret in (old, new):  # the receiver not yet told of the new secret, then told
+            with receiver(["node", "receiver.js"], node_dir, secret, port=port) as (_, lines):
+                [seq] = add_events(db, 1)
+                wait_for(lambda: lines, timeout=120, what="the event printed")
+                wait_for(lambda seq=seq: [d[:2] for d in deliveries(db, endpoint_id)][-1] == (seq, "delivered"),
+                         timeout=60, what="the delivery recorded")
+            assert [line.split()[1] for line in lines] == [events.event_id(seq)]
+    assert [(attempts, codes) for _, _, attempts, codes in deliveries(db, endpoint_id)] == [(1, [204])] * 2
+
+
 def test_the_ruby_receiver_verifies_deliveries(tmp_path):
     if not shutil.which("ruby"):
         pytest.skip("ruby is not installed (apt-get install ruby; gem install standardwebhooks webrick)")
