@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +65,35 @@ def gunicorn(database_url: str, ready_path: str = "/healthz", **extra: str) -> I
         proc.send_signal(signal.SIGTERM)
         output.append(proc.communicate(timeout=60)[0])
     assert proc.returncode == 0, output[0]
+
+
+def push_env(database_url: str, secret_key: str, **extra: str) -> dict[str, str]:
+    """`service_env` for a process that stores or pushes to endpoints on this machine: the secret key, private
+    addresses allowed, retries a fraction of a second apart, no sends to Meta (dry run)."""
+    return service_env(database_url, WA_OUTBOX_SECRET_KEY=secret_key, WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE="true",
+                       WA_OUTBOX_DELIVERY_SCHEDULE="0.2,0.2,0.2,0.2,0.2", WA_OUTBOX_DELIVERY_TIMEOUT="5",
+                       WA_OUTBOX_POLL_INTERVAL="0.2", WA_OUTBOX_DRY_RUN="true", WA_OUTBOX_SHUTDOWN_GRACE="5",
+                       WHATSAPP_ACCESS_TOKEN="test-access-token", WHATSAPP_PHONE_NUMBER_ID="100000000000001",
+                       WHATSAPP_API_BASE_URL="http://127.0.0.1:9", **extra)
+
+
+@contextlib.contextmanager
+def cli_worker(env: dict[str, str]) -> Iterator[list[str]]:
+    """`wa-outbox worker` as a real process with `env` (e.g. push_env(...)); yields its output lines as they come.
+    Stopped with SIGTERM; it must exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "wa_outbox.cli", "worker"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        yield lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        reader.join(timeout=10)
+    assert proc.returncode == 0, "".join(lines)

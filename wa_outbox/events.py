@@ -75,6 +75,21 @@ STATUS_TRANSITIONS: dict[TimelineEvent, str] = {
 }
 
 
+def summary(envelope: dict[str, Any]) -> str:
+    """What an event says, in a few words (`events tail`, `events listen`): a status with its outbox id, a customer's
+    message with its text, else the webhook field."""
+    data = envelope["data"]
+    if envelope["type"] == "message.status":
+        text = f"outbox {data.get('outbox_id')} {data.get('status')} (to +{data.get('recipient')})"
+        return text + (f": {data['error'].get('message')}" if isinstance(data.get("error"), dict)
+                       and data["error"].get("message") else "")
+    if envelope["type"] in ("message.received", "message.echo"):
+        message = data.get("message") if isinstance(data.get("message"), dict) else {}
+        body = message.get("text", {}).get("body") if isinstance(message.get("text"), dict) else None
+        return f"{message.get('type')} from +{message.get('from')}" + (f": {body[:80]!r}" if body else "")
+    return f"field {data.get('field')}"
+
+
 def event_type_of(field: str) -> EventType:
     return FIELD_EVENT_TYPES.get(field, EventType.WEBHOOK_OTHER)
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from .events import summary
+
 log = logging.getLogger(__name__)
 
 MAX_BODY = 8 * 1024 * 1024
@@ -32,11 +34,13 @@ def verify(webhook: Webhook, body: bytes, headers: dict[str, str]) -> dict[str, 
 
 
 def line(event: dict[str, Any]) -> str:
-    """One readable line per event: its time, type, id and data, the data cut short."""
+    """One readable line per event: its time, type, id, what it says (a customer's text, a status), then its data cut
+    short (the data's first keys are rarely the telling ones)."""
     data = json.dumps(event.get("data"), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     if len(data) > SUMMARY_CHARS:
         data = data[:SUMMARY_CHARS - 1] + "…"
-    return f"{event.get('timestamp', '-')}  {str(event.get('type', '-')):<20} {event.get('id', '-')}  {data}"
+    said = summary(event) if isinstance(event.get("data"), dict) else ""
+    return f"{event.get('timestamp', '-')}  {str(event.get('type', '-')):<20} {event.get('id', '-')}  {said}  {data}"
 
 
 class ListenServer(ThreadingHTTPServer):

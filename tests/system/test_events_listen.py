@@ -1,8 +1,9 @@
 """`wa-outbox events listen` as a developer runs it: a real process on a real port, real POSTs signed by the Standard
 Webhooks reference library (`standardwebhooks`), each verified delivery printed, every other one refused with 401.
 
-The signing here is the Python library's Webhook.sign over events.envelope_bytes: the code path the workers'
-deliveries use (the deliveries branch); the lead switches these to a real worker's deliveries once both are merged.
+The first test has a real worker (`wa-outbox worker`) deliver to a listener that registered its own endpoint. The
+others sign with the Python library's Webhook.sign over events.envelope_bytes (the code path the workers' deliveries
+use) so that they can forge, alter and garble deliveries.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 import requests
 from standardwebhooks import Webhook
 
+from tests.endpoint_rows import add_events
 from tests.live import wait_for
-from tests.processes import free_port
+from tests.processes import cli_worker, free_port, push_env
 from wa_outbox import events
 from wa_outbox.endpoints import new_secret
 from wa_outbox.secret_box import SecretBox, generate_key
@@ -75,6 +77,27 @@ def deliver(url: str, secret: str, body: bytes, *, msg_id: str | None = None, ta
     headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
                "webhook-signature": signature, "Content-Type": "application/json"}
     return requests.post(url, data=body + (b" " if tamper else b""), headers=headers, timeout=10)
+
+
+def test_a_worker_delivers_to_the_listener_which_prints_each_verified_event(database_url, db):
+    env = {"DATABASE_URL": database_url, "WA_OUTBOX_SECRET_KEY": KEY, "WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE": "true"}
+    with listen(env=env) as listening, cli_worker(push_env(database_url, KEY)):
+        [endpoint_id] = [r[0] for r in db.execute("SELECT id FROM wa_outbox.endpoints WHERE url = %s",
+                                                  (listening.url,))]
+        seqs = add_events(db, 2) + add_events(db, 1, type_="message.status")
+        wait_for(lambda: len(listening.stdout) >= 3, timeout=120, what="three printed events")
+        wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.deliveries WHERE endpoint_id = %s AND "
+                                    "status = 'delivered'", (endpoint_id,)).fetchone()[0] == 3, timeout=60,
+                 what="three deliveries recorded")
+    printed = sorted(listening.stdout, key=lambda line: int(line.split()[2].removeprefix("evt_")))
+    assert [line.split()[1:3] for line in printed] == [["message.received", events.event_id(seqs[0])],
+                                                      ["message.received", events.event_id(seqs[1])],
+                                                      ["message.status", events.event_id(seqs[2])]]
+    assert all("olá ✓" in line for line in printed) and len(listening.stdout) == 3
+    # each verified at its first try (a delivery the listener refuses is answered 401, then retried)
+    codes = db.execute("SELECT array_agg(a.status_code) FROM wa_outbox.delivery_attempts a JOIN wa_outbox.deliveries "
+                       "d ON d.id = a.delivery_id WHERE d.endpoint_id = %s", (endpoint_id,)).fetchone()[0]
+    assert codes == [200, 200, 200]
 
 
 def test_verified_deliveries_are_printed_and_others_refused():

@@ -66,3 +66,15 @@ def test_the_envelopes_timestamp_is_utc_whatever_the_connections_time_zone():
         "id": "evt_1", "type": "call", "timestamp": "2026-12-02T02:47:15.603626+00:00", "data": {"schema_version": 1}}
     assert ev.envelope_bytes(1, "call", at, {}) == (b'{"id":"evt_1","type":"call",'
                                                      b'"timestamp":"2026-12-02T02:47:15.603626+00:00","data":{}}')
+
+
+def test_the_listeners_line_says_what_a_long_event_says_before_its_data_is_cut():
+    from wa_outbox.listener import line
+    data = {"schema_version": 1, "account_id": "1" * 15, "app_id": None, "dedup_key": "m:wamid." + "A" * 80,
+            "contact": {"profile": {"name": "Ana"}, "wa_id": "5511987654321"}, "phone_number_id": "1" * 15,
+            "message": {"from": "5511987654321", "id": "wamid.x", "type": "text", "text": {"body": "Oi, chegou? ✓"}}}
+    printed = line(ev.envelope(7, "message.received", ev.datetime.now(ev.UTC), data))
+    assert " evt_7  text from +5511987654321: 'Oi, chegou? ✓'  {" in printed and printed.endswith("…")
+    status = {"schema_version": 1, "outbox_id": 42, "status": "read", "recipient": "5511987654321"}
+    assert "outbox 42 read (to +5511987654321)" in line(ev.envelope(8, "message.status", ev.datetime.now(ev.UTC),
+                                                                    status))

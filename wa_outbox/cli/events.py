@@ -121,17 +121,5 @@ def tail(after: str | None, types: str | None, follow: bool, as_json: bool) -> N
 
 def _line(envelope: dict[str, Any], cursor: str) -> str:
     """A human line: when, the id, the type, what it says."""
-    return f"{envelope['timestamp']}  {envelope['id']}  {envelope['type']}  {_summary(envelope)}  [{cursor}]"
-
-
-def _summary(envelope: dict[str, Any]) -> str:
-    data = envelope["data"]
-    if envelope["type"] == "message.status":
-        text = f"outbox {data.get('outbox_id')} {data.get('status')} (to +{data.get('recipient')})"
-        return text + (f": {data['error'].get('message')}" if isinstance(data.get("error"), dict)
-                       and data["error"].get("message") else "")
-    if envelope["type"] in ("message.received", "message.echo"):
-        message = data.get("message") if isinstance(data.get("message"), dict) else {}
-        body = message.get("text", {}).get("body") if isinstance(message.get("text"), dict) else None
-        return f"{message.get('type')} from +{message.get('from')}" + (f": {body[:80]!r}" if body else "")
-    return f"field {data.get('field')}"
+    from ..events import summary
+    return f"{envelope['timestamp']}  {envelope['id']}  {envelope['type']}  {summary(envelope)}  [{cursor}]"
