@@ -124,7 +124,10 @@ def app(settings: Settings):
     from wa_outbox.web import create_app
     app = create_app(settings)
     app.testing = True
-    return app
+    yield app
+    watch = app.extensions.get("wa_outbox.registry")
+    if watch is not None:  # before the scratch database is dropped: its listener would complain about it
+        watch.stop()
 
 
 @pytest.fixture
