@@ -71,6 +71,7 @@ N5 = Number("106500000000005", WABA3, APP2, None, _token(), token_ref="CLIENT_Y_
 NUMBERS = (N1, N2, N3, N4, N5)
 APP_SECRETS = {APP1: secrets.token_hex(16), APP2: secrets.token_hex(16)}  # Meta's app secrets are 32 hex digits
 N2_NEW_TOKEN = _token()
+N5_NEW_TOKEN = _token()  # the revoked one's replacement
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -94,16 +95,17 @@ class Deployment:
         self.procs: dict[str, tuple[subprocess.Popen, IO[str]]] = {}
         self.key = ""
 
-    def cli(self, *args: str, **env: str) -> str:
+    def cli(self, *args: str, status: int = 0, **env: str) -> str:
+        """`wa-outbox ARGS` with `env` added; its output, after checking its exit status."""
         done = subprocess.run([sys.executable, "-m", "wa_outbox.cli", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=120,
                               env=clean_env(DATABASE_URL=self.database_url, WA_OUTBOX_SECRET_KEY=self.key, **env))
         self.outputs[f"wa-outbox {' '.join(args)} #{len(self.outputs)}"] = done.stdout + done.stderr
-        assert done.returncode == 0, f"wa-outbox {' '.join(args)}: {done.stdout}{done.stderr}"
+        assert done.returncode == status, f"wa-outbox {' '.join(args)}: {done.stdout}{done.stderr}"
         return done.stdout
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = open(self.tmp / f"{name}.log", "w+", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        log = open(self.tmp / f"{name}.log", "w+", encoding="utf-8")  # closed in stop()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         self.procs[name] = (proc, log)
         return proc
@@ -193,6 +195,11 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
     stack.cli("apps", "list")
     stack.cli("senders", "list")
     stack.cli("apps", "show", APP1, "--json")
+    # refusals hold no secret either: another app's secret for app 1, a token that is not one word, an unset variable
+    stack.cli("apps", "add", APP1, "--secret-env", "APP_SECRET", status=1, APP_SECRET=APP_SECRETS[APP2])
+    stack.cli("senders", "set-token", N1.id, "--token-env", "SENDER_TOKEN", status=2,
+              SENDER_TOKEN=f"{N1.token} {N2.token}")
+    stack.cli("senders", "set-token", N1.id, "--token-env", "UNSET_TOKEN", status=2)
 
     accounts = tmp_path / "accounts.json"  # a file: the simulator's tokens and secrets stay off its command line
     accounts.write_text(json.dumps({
@@ -305,14 +312,25 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
         after = sim_stats()["outcomes"]
         assert after["accepted"] == before["accepted"] + 9 and after["unauthorized"] > before.get("unauthorized", 0)
         assert "no_access" not in after
-        alerts = [r for r in log_records(stack.log("worker")) if r.get("alert") == "sender_paused"]
-        assert alerts and {r["phone_number_id"] for r in alerts} == {N5.id}
-        assert all(N5.id in r["message"] for r in alerts)
-        worker_metrics = requests.get(f"http://127.0.0.1:{worker_metrics_port}/metrics", timeout=10).text
-        assert set(sender_alerts(worker_metrics)) == {N5.id}
+        # the pause is committed before the alert is counted and logged: wait for those too
+        alerts = wait_for(lambda: [r for r in log_records(stack.log("worker")) if r.get("alert") == "sender_paused"],
+                          timeout=WAIT, interval=0.2, what="the sender_paused alert in the worker's log")
+        assert {r["phone_number_id"] for r in alerts} == {N5.id} and all(N5.id in r["message"] for r in alerts)
+        wait_for(lambda: set(sender_alerts(requests.get(f"http://127.0.0.1:{worker_metrics_port}/metrics",
+                                                        timeout=10).text)) == {N5.id},
+                 timeout=WAIT, interval=0.2, what="the sender alert on the worker's metrics")
         # ... and on the web's /metrics, once the worker's next heartbeat has written its counters
         wait_for(lambda: set(sender_alerts(requests.get(f"{web}/metrics", timeout=10).text)) == {N5.id},
                  timeout=WAIT, interval=0.5, what="the sender alert on the web's /metrics")
+
+        # ... until the operator gives it a new token and lifts the pause: its waiting messages go out with that token
+        requests.post(f"{sim}/_admin/config", timeout=10, json={"numbers": {N5.id: {
+            "token": N5_NEW_TOKEN, "app": N5.app, "waba": N5.waba}}}).raise_for_status()
+        stack.cli("senders", "set-token", N5.id, "--token-env", "NEW_TOKEN", "--json", NEW_TOKEN=N5_NEW_TOKEN)
+        stack.cli("ratelimit", "resume", N5.id)
+        wait_for(lambda: all_read(blocked), timeout=WAIT, interval=0.2, what=f"{N5.id}'s messages read once resumed")
+        assert sim_stats()["outcomes"] == {**after, "accepted": after["accepted"] + 3}
+        assert db.execute("SELECT count(*) FROM wa_outbox.notifications WHERE status <> 'read'").fetchone()[0] == 0
 
         # --- a webhook for a number nobody registered: stored, 200, counted, shown ----------------------------
         body = meta_body(inbound_webhook(WABA1, UNREGISTERED, "wamid.UNREGISTERED1"))
@@ -341,7 +359,7 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
         accepted = {n.id: sim_messages(n) for n in NUMBERS}
         # each message accepted once, from the number it was enqueued for (its alias resolved at enqueue)
         assert sorted(int(m["biz_opaque_callback_data"]) for sent in accepted.values() for m in sent) \
-            == sorted(nid for nid in expected if nid not in blocked)
+            == sorted(expected)
         assert all(expected[int(m["biz_opaque_callback_data"])] == number for number, sent in accepted.items()
                    for m in sent)
 
@@ -351,9 +369,19 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
                               "GROUP BY 1, 2, 3, 4 ORDER BY 1").fetchall()
         # sent, delivered and read for each accepted message, under its number's WABA and app
         by_number = [(n.id, n.waba, n.app, False, 3 * len(accepted[n.id])) for n in NUMBERS]
+        assert [len(accepted[n.id]) for n in NUMBERS] == [4 + 3 + 2, 4 + 4 + 2, 4 + 3 + 2, 4 + 3 + 2 + 1, 4 + 3 + 3]
         wait_for(lambda: routed() == by_number, timeout=WAIT, interval=0.2, what="every status webhook stored")
 
         # --- what was shown, gathered for the search below ----------------------------------------------------
+        for path, sent_body, status in (
+                ("/v1/apps", {"app_id": APP2, "secret": APP_SECRETS[APP1]}, 409),  # another secret: rotate-secret
+                ("/v1/senders", {"phone_number_id": "not-digits", "waba_id": WABA3, "app_id": APP2,
+                                 "token": N4.token}, 400),
+                (f"/v1/senders/{N1.id}", {"token": f"{N1.token}\n{N2.token}"}, 400)):
+            call = requests.patch if sent_body.keys() == {"token"} else requests.post
+            refusal = call(f"{web}{path}", headers=AUTH, timeout=10, json=sent_body)
+            assert refusal.status_code == status, refusal.text
+            stack.outputs[f"refused {path} {sorted(sent_body)}"] = refusal.text
         for path in ("/v1/apps", f"/v1/apps/{APP1}", f"/v1/apps/{APP2}", "/v1/senders", f"/v1/senders/{N2.id}",
                      f"/v1/senders/{N5.id}"):
             shown_answer = requests.get(f"{web}{path}", headers=AUTH, timeout=10)
@@ -377,14 +405,15 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
         dump = subprocess.run(["pg_dump", "--schema=wa_outbox", database_url], capture_output=True, text=True,
                               timeout=120)
         assert dump.returncode == 0, dump.stderr
-        assert "CREATE TABLE wa_outbox.senders" in dump.stdout and N5.token_ref in dump.stdout
+        assert "CREATE TABLE wa_outbox.senders" in dump.stdout and "STORE_BR_TOKEN" in dump.stdout  # data too
         stack.outputs["pg_dump --schema=wa_outbox"] = dump.stdout
     else:  # the dump is then left out, and the test says so
         print("pg_dump is not installed: the database dump was not searched for secrets")
     assert "sender_paused" in stack.outputs["worker log"]
     named = {f"app {app_id}'s secret": secret for app_id, secret in APP_SECRETS.items()}
     named |= {f"sender {n.id}'s token": n.token for n in NUMBERS}
-    named |= {f"sender {N2.id}'s new token": N2_NEW_TOKEN, "WA_OUTBOX_SECRET_KEY": stack.key}
+    named |= {f"sender {N2.id}'s new token": N2_NEW_TOKEN, f"sender {N5.id}'s new token": N5_NEW_TOKEN,
+              "WA_OUTBOX_SECRET_KEY": stack.key}
     leaks = [f"{what} in {where}" for what, secret in named.items() for where, text in stack.outputs.items()
              if secret in text or secret[:16] in text]  # a truncated secret is a leak too
     assert not leaks, leaks
