@@ -217,7 +217,7 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
                     clean_env(DATABASE_URL=database_url, WA_OUTBOX_SECRET_KEY=stack.key,
                               WA_OUTBOX_BIND=f"127.0.0.1:{web_port}", WHATSAPP_VERIFY_TOKEN="vt",
                               WA_OUTBOX_API_TOKENS=API_TOKEN, WEB_CONCURRENCY="2", WA_OUTBOX_WEB_THREADS="4",
-                              WA_OUTBOX_LISTEN=listen, WA_OUTBOX_POLL_INTERVAL="0.2", LOG_LEVEL="DEBUG"))
+                              WA_OUTBOX_LISTEN=listen, LOG_LEVEL="DEBUG"))
         stack.start("simulator", [sys.executable, "-m", "wa_outbox.cli", "simulator", "--port", str(sim_port),
                                   "--webhook-url", f"{web}/webhooks/whatsapp", "--status-delay-ms", "50",
                                   "--accounts", str(accounts)],
