@@ -445,7 +445,8 @@ _PAGE_QUERIES = {
     "get_notification": ({"id": 1}, {"notifications_pkey", "notification_events_pkey"}),
     # Either index of queued rows serves it on these tiny tables (the planner picks by the statistics of the moment).
     "resume_sender": ({"phone_number_id": SENDER}, [{"rate_limits_pkey", "notifications_due"},
-                                                    {"rate_limits_pkey", "notifications_queued_age"}]),
+                                                    {"rate_limits_pkey", "notifications_queued_age"},
+                                                    {"rate_limits_pkey", "notifications_sender_due"}]),
     "requeue": ({"ids": [1], "all": False, "code": None, "recipient": None, "actor": "ops"}, {"notifications_pkey"}),
     # Any index will do (here the planner picks a partial index of dead rows), never a scan of the table.
     "purge_dead": ({"ids": [1], "all": False, "older_than_days": 0}, set()),
