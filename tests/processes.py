@@ -97,3 +97,29 @@ def cli_worker(env: dict[str, str]) -> Iterator[list[str]]:
             proc.wait(timeout=10)
         reader.join(timeout=10)
     assert proc.returncode == 0, "".join(lines)
+
+
+def pg_dump_for(database_url: str) -> str | None:
+    """A pg_dump that can dump this server (pg_dump refuses a server newer than itself): the embedded Postgres's own
+    (pgserver ships one) or the system's, whichever is new enough; None when there is none."""
+    import re
+    import shutil
+
+    import psycopg
+    with psycopg.connect(database_url) as conn:
+        server_major = conn.info.server_version // 10000
+    candidates = []
+    try:
+        import pgserver  # the embedded Postgres's binaries
+        candidates.append(str(Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"))
+    except ImportError:
+        pass
+    candidates.append(shutil.which("pg_dump") or "")
+    for path in candidates:
+        if not path or not os.access(path, os.X_OK):
+            continue
+        version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+        found = re.search(r"(\d+)(?:\.\d+)?", version)
+        if found and int(found.group(1)) >= server_major:
+            return path
+    return None

@@ -157,7 +157,11 @@ def test_an_app_registered_while_the_web_runs_verifies_without_a_restart(web, cl
     assert post_webhook(client, body, secret=SECRET_C).status_code == 403
     register_app(db, APP_C, SECRET_C)
     register_sender(db, APP_C, WABA_C, NUMBER_C)
-    wait_for(lambda: post_webhook(client, body, secret=SECRET_C).status_code == 200, what="app C to verify")
+    # Each commit wakes a reload: wait for the one that sees the sender too (the app alone would verify, and the
+    # number then be unregistered).
+    watch = web.extensions["wa_outbox.registry"]
+    wait_for(lambda: NUMBER_C in watch.routes.app_of_number, what="the registry reloaded with app C's number")
+    assert post_webhook(client, body, secret=SECRET_C).status_code == 200
     assert stored(db) == [("messages", WABA_C, NUMBER_C, APP_C, False)]
 
 
