@@ -242,9 +242,12 @@ def test_a_host_name_resolving_to_a_private_address_is_refused_at_delivery(db, s
     try:
         addresses = {a[4][0] for a in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)}
     except OSError:
-        pytest.skip(f"{host} does not resolve")
+        pytest.skip(f"this machine's host name {host} does not resolve, so no name that resolves to a private "
+                    "address is at hand (tests/unit/test_push_transport.py checks the rule with a resolver)")
     if not all(address_problem(a) for a in addresses):
-        pytest.skip(f"{host} resolves to a public address here")
+        pytest.skip(f"this machine's host name {host} resolves to a public address, so it cannot stand for a name "
+                    "that resolves to a private one (tests/unit/test_push_transport.py checks the rule with a "
+                    "resolver)")
     with serve_receiver(Receiver(secrets=[])) as receiver:
         port = receiver.url.split(":")[2].split("/")[0]
         endpoint_id, _ = add_endpoint(db, f"https://{host}:{port}/hooks")
