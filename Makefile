@@ -1,15 +1,27 @@
 # The README's two commands: `make run` (the whole service on this machine) and `make test` (the whole suite).
-# Both create .venv and install wa-outbox into it; without DATABASE_URL both use an embedded Postgres in .wa-outbox/.
+# Both create .venv and install wa-outbox into it (`make run` only what it runs, `make test` the test tools too);
+# without DATABASE_URL both use an embedded Postgres in .wa-outbox/.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-unit test-db test-system lint install install-bench install-docs docs bench bench-quick bench-webhooks bench-outbox clean
+PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --constraint constraints.txt
 
-$(BIN)/.installed: setup.cfg setup.py pyproject.toml
+.PHONY: run test test-unit test-db test-system lint install install-runtime install-bench install-docs docs bench bench-quick bench-webhooks bench-outbox constraints clean
+
+# What `make run` runs and nothing more: the package with the embedded Postgres and the simulator, under the pins of
+# constraints.txt (docs/deploy.md, "Pinned installs").
+$(BIN)/.installed-runtime: setup.cfg setup.py pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wa-outbox needs Python 3.11 or newer (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP_INSTALL) -e '.[embedded,simulator]'
+	@touch $@
+
+install-runtime: $(BIN)/.installed-runtime
+
+# The rest for the tests and the linters (pytest, hypothesis, mypy, ruff, selenium, ...): `make test`, `make lint`.
+$(BIN)/.installed: $(BIN)/.installed-runtime
+	$(PIP_INSTALL) -e '.[dev]'
 	@touch $@
 
 install: $(BIN)/.installed
@@ -40,8 +52,8 @@ install-docs: $(BIN)/.installed-docs
 docs: install-docs
 	$(BIN)/mkdocs build --strict --site-dir build/site
 
-run: install
-	$(BIN)/wa-outbox dev
+run: install-runtime
+	$(BIN)/wa-outbox dev $(if $(PORT),--port $(PORT)) $(if $(SIMULATOR_PORT),--simulator-port $(SIMULATOR_PORT))
 
 test: install
 	$(BIN)/python -m pytest
@@ -68,6 +80,16 @@ bench-webhooks: install
 bench-outbox: install
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements-peers.txt
 	$(BIN)/python bench/outbox.py
+
+# constraints.txt anew: the newest versions setup.cfg's ranges allow for the runtime, [embedded] and [simulator],
+# resolved in a fresh virtualenv and frozen (then run the tests).
+constraints:
+	rm -rf build/constraints-venv
+	$(PYTHON) -m venv build/constraints-venv
+	build/constraints-venv/bin/pip install --quiet --disable-pip-version-check '.[embedded,simulator]'
+	{ sed -n '/^#/p' constraints.txt; build/constraints-venv/bin/pip freeze --exclude wa-outbox; } > build/constraints.txt
+	mv build/constraints.txt constraints.txt
+	rm -rf build/constraints-venv
 
 clean:
 	rm -rf $(VENV) *.egg-info build dist

@@ -12,6 +12,9 @@ which injects 5xx, timeouts, lost responses, 130429, 131056 and permanent errors
   carry NUL, which each way must refuse (HTTP: a 4xx) and leave no trace of;
 - customers write in (signed inbound webhooks, some texts with NUL), and poison webhooks arrive: NUL and lone
   surrogates in texts, a status with an absurd timestamp, a contact whose profile is a string, nesting too deep;
+  every fifth customer sends a file instead (an image, a voice note, a document), whose media lookups answer 503,
+  expired URLs and wrong sha256s and whose downloads answer 500 some of the time: each must end stored,
+  byte-identical, with one media.ready;
 - TRICKLERS connections send a webhook POST's head, then a byte a second (bench/slow_clients.py), and are
   reopened whenever the web cuts them off: they must hold no web thread (everything here stays clean beside them)
   and be cut off with a 408 (WA_OUTBOX_REQUEST_READ_TIMEOUT);
@@ -473,6 +476,9 @@ class MethodFlood:
                 "series_added_by_300_more": len(after - before), "invented_methods_on_metrics": len(leaked)}
 
 
+MEDIA_KINDS = (("image", "image/jpeg"), ("audio", "audio/ogg"), ("document", "application/pdf"))
+
+
 class Inbound:
     """Customers writing in (some texts with NUL) and poison webhooks, until stopped."""
 
@@ -482,6 +488,7 @@ class Inbound:
         self.poison_keys: set[str] = set()
         self.deep_acknowledged = 0        # the body nested too deep has no key: it is stored whole
         self.problems: list[str] = []
+        self.media: dict[str, str] = {}   # media id -> the file's sha256 (hex), for every file a customer sent
 
     def run(self, stop: threading.Event) -> None:
         payloads, keys = poison_webhooks()
@@ -490,6 +497,14 @@ class Inbound:
                        None))
         n = 0
         while not stop.wait(0.25):
+            if n % 5 == 4:  # a file instead of a text (simulator/media.py)
+                kind, mime = MEDIA_KINDS[(n // 5) % len(MEDIA_KINDS)]
+                sent = self.sim.inbound_media(f"+55219{n:08d}", kind, os.urandom(random.randint(1, 300_000)),
+                                              mime_type=mime, filename=f"file-{n}.pdf")
+                self.media[sent["media_id"]] = sent["sha256"]
+                self.keys.append(f"m:{sent['id']}")
+                n += 1
+                continue
             text = f"customer message {n}" + (" with \u0000 NUL" if n % 10 == 3 else "")
             wamid = self.sim.inbound(f"+55219{n:08d}", text)
             self.keys.append(f"m:{wamid}")
@@ -662,6 +677,25 @@ def audit(run: dict) -> tuple[list[str], dict]:
                    webhook_failed_attempts=webhooks["failed_attempts"], webhook_updates_expected=len(expected),
                    webhook_updates_lost=len(unstored), webhook_events=by_status, stored_twice=stored_twice,
                    webhook_events_dead=len(dead_events), deep_nesting_acknowledged=inbound.deep_acknowledged)
+
+    # Media: every file a customer sent is stored, byte-identical, with one media.ready.
+    with psycopg.connect(url) as conn:
+        media = {r[0]: r[1:] for r in conn.execute(
+            "SELECT meta_media_id, state, encode(sha256, 'hex'), attempts FROM wa_outbox.media")}
+        ready = collections.Counter(r[0] for r in conn.execute(
+            "SELECT data ->> 'media_id' FROM wa_outbox.events WHERE type = 'media.ready'"))
+    not_stored = {m: media.get(m, ("missing",))[0] for m in inbound.media if media.get(m, ("missing",))[0] != "stored"}
+    if not_stored:
+        problems.append(f"media: {len(not_stored)} files not stored, e.g. {sorted(not_stored.items())[:3]}")
+    differ = [m for m, digest in inbound.media.items() if m in media and media[m][0] == "stored"
+              and media[m][1] != digest]
+    if differ:
+        problems.append(f"media: {len(differ)} files stored with other bytes, e.g. {differ[:3]}")
+    ready_wrong = [m for m in inbound.media if media.get(m, ("",))[0] == "stored" and ready[m] != 1]
+    if ready_wrong:
+        problems.append(f"media: {len(ready_wrong)} stored files without exactly one media.ready: {ready_wrong[:3]}")
+    figures.update(media_files=len(inbound.media), media_stored=sum(v[0] == "stored" for v in media.values()),
+                   media_attempts=sum(v[2] for v in media.values()), media_ready_events=sum(ready.values()))
 
     # The rate: the simulator's record of accepted sends, per sliding second.
     accepted = sorted(m["received_at"] for m in messages)
@@ -846,7 +880,12 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
               {"mode": "timeout", "ms": 3000, "rate": 0.01},
               {"mode": "lost_response", "rate": 0.03},
               {"mode": "error", "code": 130429, "rate": 0.01, "count": throttles},
-              {"mode": "error", "code": 131056, "rate": 0.01}]
+              {"mode": "error", "code": 131056, "rate": 0.01},
+              # media (simulator/media.py): their own routes
+              {"mode": "http_error", "status": 503, "rate": 0.2, "match": {"route": "media_lookup"}},
+              {"mode": "expired_url", "rate": 0.1, "match": {"route": "media_lookup"}},
+              {"mode": "wrong_sha256", "rate": 0.05, "match": {"route": "media_lookup"}},
+              {"mode": "http_error", "status": 500, "rate": 0.1, "match": {"route": "media_download"}}]
     with SimulatorServer(access_token=ACCESS, app_secret=SECRET, webhook_url=f"{web_url}/webhooks/whatsapp",
                          faults=faults, seed=11, status_delays_ms=(30, 60, 90), duplicate_rate=1.0,
                          duplicate_max=3, reorder_rate=0.3, batch_rate=0.3, webhook_max_batch=20,
@@ -931,7 +970,9 @@ def fire_and_audit(args, n: int, pg: Postgres, directory: Path, timeline: list, 
                             "SELECT (SELECT count(*) FROM wa_outbox.notifications "
                             "        WHERE status IN ('queued', 'sending', 'unknown'))"
                             "     + (SELECT count(*) FROM wa_outbox.webhook_events "
-                            "        WHERE status IN ('queued', 'processing'))").fetchone()[0]
+                            "        WHERE status IN ('queued', 'processing'))"
+                            "     + (SELECT count(*) FROM wa_outbox.media WHERE state IN ('pending', 'fetching'))"
+                            ).fetchone()[0]
                 except psycopg.OperationalError:
                     return False
                 return pending == 0 and sim.wait_for_webhooks_idle(0.1) and \

@@ -21,6 +21,12 @@ shared_buffers: a server that has been running has them there; without it the re
 left cached), and the claim, record and status statements are EXPLAINed (ANALYZE, BUFFERS) on each size (inside a
 transaction that is rolled back). On the largest, the ops page's and `wa-outbox status`'s queries are timed first,
 with the 100,000 messages queued (first run and best of 3 after it; EXPLAIN ANALYZE printed for the slow ones).
+
+`--shape distinct` (issue 22's second measurement; `--sizes 0,2000000` by default) is another shape of history: H
+finished messages, each to its own recipient (one contact row each, as pair pacing leaves them; none of them is in the
+queue), 3 timeline events each, no webhook events; then 20,000 messages queued to 20,000 new recipients with
+`enqueue_many` and `VACUUM ANALYZE`; the same drain. Its reference is the smallest size (0: no history at all), in the
+same run. Its templates are `wa_outbox_history_distinct_tpl_<H>`.
 """
 
 from __future__ import annotations
@@ -46,9 +52,14 @@ from bench._results import add_json_argument, write  # noqa: E402
 from bench.outbox import SENDER, SPAWN, TOKEN, _run_worker, machine_facts, server_url  # noqa: E402
 from wa_outbox import db, migrate  # noqa: E402
 from wa_outbox.config import Settings  # noqa: E402
+from wa_outbox.enqueue import enqueue_many  # noqa: E402
 from wa_outbox.worker._sender import claim_pacing  # noqa: E402
 
 QUEUED = 100_000
+DISTINCT_QUEUED = 20_000      # --shape distinct: queued to new recipients with enqueue_many
+DISTINCT_BASE = 5512000000000  # --shape distinct: history recipient j is DISTINCT_BASE + j
+DISTINCT_NEW = 5513000000000   # --shape distinct: queued recipient i is DISTINCT_NEW + i (none in the history)
+SHAPES = ("spread", "distinct")
 SETUP = (2, 128)              # worker processes, batch
 BASE_VERSION = "0003_operations"  # shipped: the generated history never goes stale
 RECIPIENT_BASE = 5511900000000
@@ -73,12 +84,16 @@ def drop(server: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def template_name(size: int) -> str:
-    return f"wa_outbox_history_tpl_{size}"
+def template_name(size: int, shape: str = "spread") -> str:
+    return f"wa_outbox_history_tpl_{size}" if shape == "spread" else f"wa_outbox_history_{shape}_tpl_{size}"
 
 
-def run_name(size: int) -> str:
-    return f"wa_outbox_history_run_{size}"
+def run_name(size: int, shape: str = "spread") -> str:
+    return f"wa_outbox_history_run_{size}" if shape == "spread" else f"wa_outbox_history_{shape}_run_{size}"
+
+
+def queued_for(shape: str) -> int:
+    return QUEUED if shape == "spread" else DISTINCT_QUEUED
 
 
 # --- history --------------------------------------------------------------------------------------------------------
@@ -197,9 +212,60 @@ def generate(url: str, size: int) -> None:
             conn.execute(f"VACUUM (FREEZE, ANALYZE) wa_outbox.{table}")  # as autovacuum leaves old history
 
 
-def ensure_template(server: str, size: int) -> str:
+def generate_distinct(url: str, size: int) -> None:
+    """size finished messages, each to its own recipient, 3 timeline events each (queued, sending, the outcome), and
+    one contact per recipient with its pair-pacing budget long past (what the worker's claims leave)."""
+    if size == 0:
+        return
+    step = f"interval '30 days' / {size}"
+
+    def load() -> None:
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(f"""
+                INSERT INTO wa_outbox.notifications
+                    (phone_number_id, recipient, message, request_hash, status, attempts, next_attempt_at, wamid,
+                     created_at, updated_at, sent_at, delivered_at, read_at)
+                SELECT %(sender)s, (%(base)s + j)::text,
+                       jsonb_build_object('type', 'text', 'text', jsonb_build_object(
+                           'body', 'Your order ' || j || ' has shipped and will arrive tomorrow.')),
+                       '', s.status, 1, t.at, 'wamid.HBgN' || md5(j::text), t.at, t.at + interval '5 seconds',
+                       t.at + interval '1 second',
+                       CASE WHEN s.status IN ('delivered', 'read') THEN t.at + interval '3 seconds' END,
+                       CASE WHEN s.status = 'read' THEN t.at + interval '5 seconds' END
+                FROM generate_series(1, %(size)s) j,
+                     LATERAL (SELECT CASE WHEN j %% 10 < 7 THEN 'read' WHEN j %% 10 < 9 THEN 'delivered'
+                                          ELSE 'sent' END AS status) s,
+                     LATERAL (SELECT now() - interval '30 days' + (j - 1) * {step} AS at) t
+                ORDER BY j""", {"sender": SENDER, "size": size, "base": DISTINCT_BASE})
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute("""
+                INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, created_at)
+                SELECT n.id, e.event, e.attempt, e.detail, n.created_at + e.after
+                FROM wa_outbox.notifications n,
+                     LATERAL (VALUES (1, 'queued', 0, NULL::jsonb, interval '0'),
+                                     (2, 'sending', 1, jsonb_build_object('worker', 'web-1:4242:a1b2c3'),
+                                      interval '1 s'),
+                                     (3, n.status, 1, jsonb_build_object('wamid', n.wamid), interval '3 s'))
+                         e(ord, event, attempt, detail, after)
+                ORDER BY n.id, e.ord""")
+        with conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute("""
+                INSERT INTO wa_outbox.contacts (phone_number_id, wa_id, pair_paced_until, updated_at)
+                SELECT phone_number_id, recipient, created_at + interval '6 seconds', created_at
+                FROM wa_outbox.notifications ORDER BY phone_number_id, recipient""")
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        without_secondary_indexes(conn, load)
+        for table in TABLES:
+            conn.execute(f"VACUUM (FREEZE, ANALYZE) wa_outbox.{table}")
+
+
+def ensure_template(server: str, size: int, shape: str = "spread") -> str:
     """The template database of `size` messages of history (built under a temporary name, renamed when complete)."""
-    name = template_name(size)
+    name = template_name(size, shape)
     if exists(server, name):
         return name
     building = f"{name}_building"
@@ -208,7 +274,7 @@ def ensure_template(server: str, size: int) -> str:
         conn.execute(f'CREATE DATABASE "{building}"')
     started = time.perf_counter()
     migrate.upgrade(db_url(server, building), BASE_VERSION)
-    generate(db_url(server, building), size)
+    (generate if shape == "spread" else generate_distinct)(db_url(server, building), size)
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
     print(f"  generated {name} in {time.perf_counter() - started:.0f} s", flush=True)
@@ -234,6 +300,19 @@ def fill_queue(url: str) -> None:
         conn.execute("ANALYZE")
 
 
+def fill_queue_distinct(url: str) -> None:
+    """DISTINCT_QUEUED messages to as many new recipients, queued with enqueue_many (in batches of 1,000, as an
+    import would), then VACUUM ANALYZE."""
+    with psycopg.connect(url) as conn:
+        for first in range(0, DISTINCT_QUEUED, 1000):
+            enqueue_many(conn, [{"to": str(DISTINCT_NEW + i), "phone_number_id": SENDER,
+                                 "message": {"type": "text", "text": {"body": f"Your code is {i}"}}}
+                                for i in range(first, min(first + 1000, DISTINCT_QUEUED))])
+            conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
 def schema_fingerprint() -> str:
     """This checkout's migrations, hashed: a run database prepared from other migrations (another branch's, or an
     earlier edit of the head migration, which upgrade() would not apply again) is not this checkout's schema."""
@@ -250,16 +329,16 @@ def prepared_from(server: str, name: str) -> str | None:
     return row[0] if row else None
 
 
-def prepare(server: str, size: int) -> str:
+def prepare(server: str, size: int, shape: str = "spread") -> str:
     """The run database for `size`: a copy of its template, upgraded to head, with the queue filled. One left by an
     earlier run is reused only if it was prepared from this checkout's migrations (else it is prepared again)."""
-    name = run_name(size)
+    name = run_name(size, shape)
     if exists(server, name):
         if prepared_from(server, name) == schema_fingerprint():
             return name
         print(f"  {name} was prepared from other migrations: preparing it again", flush=True)
         drop(server, name)
-    template = ensure_template(server, size)
+    template = ensure_template(server, size, shape)
     building = f"{name}_building"
     drop(server, building)
     started = time.perf_counter()
@@ -270,7 +349,7 @@ def prepare(server: str, size: int) -> str:
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO wa_outbox.settings (key, value) VALUES ('default_phone_number_id', %s) "
                      "ON CONFLICT (key) DO NOTHING", (SENDER,))
-    fill_queue(url)
+    (fill_queue if shape == "spread" else fill_queue_distinct)(url)
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(building),
                                                                     sql.Literal(schema_fingerprint())))
@@ -321,6 +400,7 @@ def explain_hot_path(url: str) -> dict[str, Any]:
 OPS_QUERIES: dict[str, dict[str, Any]] = {
     "ops_queue_depth": {"cap": 10_000},
     "ops_throughput": {},
+    "ops_sender_outcomes": {"since": None},  # the whole hour: a page's first load (refreshes read a few minutes)
     "ops_workers": {},
     "ops_senders": {"environment_sender": "100000000000001", "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
                     "environment_token_fingerprint": None},
@@ -408,7 +488,7 @@ def io_counters(url: str) -> dict[str, int]:
     return {r[0]: r[1] for r in rows}
 
 
-def drain(url: str) -> dict[str, Any]:
+def drain(url: str, queued: int = QUEUED) -> dict[str, Any]:
     """Messages/s of SETUP dry-run workers from their start until nothing is queued or sending; per-second series;
     per message, the blocks each relation read from outside shared_buffers and the WAL written meanwhile."""
     processes, concurrency = SETUP
@@ -441,13 +521,13 @@ def drain(url: str) -> dict[str, Any]:
     stop.set()
     for worker in workers:
         worker.join(60)
-    if sent != QUEUED:
-        raise SystemExit(f"only {sent} of {QUEUED} queued messages were sent")
+    if sent != queued:
+        raise SystemExit(f"only {sent} of {queued} queued messages were sent")
     time.sleep(1)  # the workers' statistics reach the cumulative views at their exit, within a second
     after = io_counters(url)
-    per_message = {k: round((after[k] - before.get(k, 0)) / QUEUED, 3) for k in after
-                   if after[k] - before.get(k, 0) >= QUEUED // 100}
-    return {"rate": QUEUED / seconds, "seconds": seconds, "sent_per_second": series, "per_message": per_message}
+    per_message = {k: round((after[k] - before.get(k, 0)) / queued, 3) for k in after
+                   if after[k] - before.get(k, 0) >= queued // 100}
+    return {"rate": queued / seconds, "seconds": seconds, "sent_per_second": series, "per_message": per_message}
 
 
 def warm(url: str) -> float:
@@ -496,13 +576,21 @@ def sizes_on_disk(url: str) -> dict[str, Any]:
 
 
 def label(size: int) -> str:
-    return f"{size / 1e6:g}M" if size >= 1_000_000 else f"{size / 1e3:g}k"
+    return f"{size / 1e6:g}M" if size >= 1_000_000 else f"{size / 1e3:g}k" if size else "0"
+
+
+def goal_for(shape: str, largest: int) -> float:
+    """Issue 22's goals: 1/1.5 for the spread shape; for the distinct shape >= 0.75 up to 2 M, >= 0.67 beyond."""
+    return 1 / 1.5 if shape == "spread" or largest > 2_000_000 else 0.75
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,1000000,10000000",
-                        help="finished messages of history per case, comma-separated (default 10k, 1M, 10M)")
+    parser.add_argument("--shape", choices=SHAPES, default="spread",
+                        help="spread: recipients shared, 100,000 queued; distinct: every recipient its own, 20,000 "
+                             "queued with enqueue_many (see above)")
+    parser.add_argument("--sizes", help="finished messages of history per case, comma-separated (default 10k, 1M, "
+                                        "10M; with --shape distinct 0, 2M)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="build the missing templates and run databases, measure nothing (run it outside the "
                              "bench lock, with nice)")
@@ -510,55 +598,64 @@ def main() -> None:
     parser.add_argument("--drop-templates", action="store_true", help="drop the history templates and run databases")
     add_json_argument(parser)
     args = parser.parse_args()
-    sizes = sorted(int(s) for s in args.sizes.split(","))
+    shape = args.shape
+    default_sizes = "10000,1000000,10000000" if shape == "spread" else "0,2000000"
+    sizes = sorted(int(s) for s in (args.sizes or default_sizes).split(","))
+    if len(sizes) < 2 or sizes[0] < 0 or (shape == "spread" and sizes[0] == 0):
+        parser.error("--sizes: two sizes or more, >= 0 (>= 1 for --shape spread)")
+    queued = queued_for(shape)
     server = server_url()
     if args.drop_templates:
         for size in sizes:
-            for name in (run_name(size), template_name(size)):
+            for name in (run_name(size, shape), template_name(size, shape)):
                 drop(server, name)
         return
     for size in sizes:
-        prepare(server, size)
+        prepare(server, size, shape)
     if args.prepare_only:
         return
 
     facts = machine_facts(server)
     cases: dict[int, dict[str, Any]] = {}
     for size in sizes:
-        url = db_url(server, run_name(size))
+        url = db_url(server, run_name(size, shape))
         case: dict[str, Any] = {"history": size, "disk": sizes_on_disk(url)}
-        if size == sizes[-1]:  # with the queue full; before warm(): their reads must not decide what the drain finds
+        # with the queue full; before warm(): their reads must not decide what the drain finds
+        if size == sizes[-1] and shape == "spread":
             print(f"ops and status queries on {label(size)} messages of history:", flush=True)
             case["queries"] = time_queries(url)
         case["warm_seconds"] = warm(url)
         case["explain"] = explain_hot_path(url)
-        case.update(drain(url))
+        case.update(drain(url, queued))
         e = case["explain"]
         print(f"{label(size):>5} history: {case['rate']:>7,.0f} messages/s claimed+recorded "
-              f"({QUEUED:,} in {case['seconds']:.1f} s); EXPLAIN claim {e['claim']['ms']} ms, "
+              f"({queued:,} in {case['seconds']:.1f} s); EXPLAIN claim {e['claim']['ms']} ms, "
               f"record {e['record']['ms']} ms, status {e['status']['ms']} ms", flush=True)
         print("        per message: " + ", ".join(f"{k} {v:g}" for k, v in sorted(
             case["per_message"].items(), key=lambda kv: -kv[1])), flush=True)
         cases[size] = case
         if not args.keep:
-            drop(server, run_name(size))
+            drop(server, run_name(size, shape))
 
     smallest, largest = cases[sizes[0]], cases[sizes[-1]]
     ratio = largest["rate"] / smallest["rate"]
-    print(f"largest/smallest: {ratio:.2f} (goal >= 0.67, i.e. 1/1.5)")
+    goal = goal_for(shape, sizes[-1])
+    print(f"largest/smallest: {ratio:.2f} (goal >= {goal:.2f})")
+    suffix = "" if shape == "spread" else ", every recipient distinct"
+    plot_name = "history-claim-rate" if shape == "spread" else f"history-{shape}-claim-rate"
     queries = largest.get("queries", [])
     results = {
-        "queued": QUEUED, "setup": {"processes": SETUP[0], "batch": SETUP[1], "transport": "dry run"},
+        "shape": shape, "queued": queued, "setup": {"processes": SETUP[0], "batch": SETUP[1], "transport": "dry run"},
         "cases": {str(s): c for s, c in cases.items()},
         "ratio": ratio,
         "headline": [{
             "what": f"claim + record, {label(sizes[-1])} messages of history vs {label(sizes[0])} "
-                    f"({SETUP[0]} workers x {SETUP[1]}, dry run)",
+                    f"({SETUP[0]} workers x {SETUP[1]}, dry run{suffix})",
             "unit": "messages/s", "value": round(largest["rate"]), "reference": round(smallest["rate"]),
             "reference_name": f"same drain on {label(sizes[0])} messages of history, same run",
-            "ratio": round(ratio, 3), "goal": ">= 0.67 of the reference (1/1.5)", "met": ratio >= 1 / 1.5}],
+            "ratio": round(ratio, 3), "goal": f">= {goal:.2f} of the reference", "met": ratio >= goal}],
         "plots": [{
-            "name": "history-claim-rate", "title": "Claim rate vs history size",
+            "name": plot_name, "title": f"Claim rate vs history size{suffix}",
             "x_label": "finished messages of history (~3 timeline events each)",
             "y_label": "messages/s claimed and recorded", "kind": "line",
             "series": {f"{SETUP[0]} workers x {SETUP[1]}, dry run": [[s, round(c["rate"])] for s, c in cases.items()]},
@@ -570,11 +667,12 @@ def main() -> None:
              "rows": [[label(s), c["explain"]["claim"]["ms"], c["explain"]["record"]["ms"],
                        c["explain"]["status"]["ms"], c["explain"]["claim"]["shared_read"],
                        c["explain"]["record"]["shared_read"]] for s, c in cases.items()]},
-            {"title": f"Ops page and `wa-outbox status` queries on {label(sizes[-1])} messages of history, 100,000 "
-                      "queued: ms as the client times the statement (first run, then best of the 3 after it) and "
-                      "EXPLAIN ANALYZE's planning + execution",
-             "columns": ["query", "ms (best)", "ms (first)", "EXPLAIN ANALYZE ms", "< 100 ms"],
-             "rows": [[q["query"], q["ms"], q["first_ms"], q["explain_ms"], q["met"]] for q in queries]},
+            *([] if not queries else [{
+              "title": f"Ops page and `wa-outbox status` queries on {label(sizes[-1])} messages of history, 100,000 "
+                       "queued: ms as the client times the statement (first run, then best of the 3 after it) and "
+                       "EXPLAIN ANALYZE's planning + execution",
+              "columns": ["query", "ms (best)", "ms (first)", "EXPLAIN ANALYZE ms", "< 100 ms"],
+              "rows": [[q["query"], q["ms"], q["first_ms"], q["explain_ms"], q["met"]] for q in queries]}]),
         ],
     }
     write(args.json, "history", results, facts=facts)

@@ -43,16 +43,22 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("claim", "claim.py", (), ("--n", "1000", "--waiting", "2000")),
     Bench("senders", "senders.py", (), ("--quick",)),  # 1,000 senders, 100,000 queued (quick: 20,000)
+    Bench("claim_budget", "claim_budget.py", ("--repeat", "4"), ("--n", "1000", "--repeat", "1")),
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
     Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
     Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3")),
     Bench("outbox", "outbox.py", (), ("--quick",)),
+    Bench("latency", "latency.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
     Bench("pacing-80", "pacing.py", ("--mps", "80", "--seconds", "60"), ("--mps", "80", "--seconds", "10")),
     Bench("history", "history.py", (), ("--sizes", "10000,20000")),  # it has no --quick: two small histories
+    Bench("history_distinct", "history.py", ("--shape", "distinct", "--sizes", "0,2000000"),
+          ("--shape", "distinct", "--sizes", "0,20000")),  # issue 22's shape: every recipient its own
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
     Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",)),
+    Bench("media_memory", "media_memory.py", (), ("--mb", "10")),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
+    Bench("capacity", "capacity.py", (), ("--quick",)),
 )
 
 QUICK_DIR = ROOT / "build" / "bench-quick"

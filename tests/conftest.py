@@ -86,7 +86,10 @@ def clean_tables(request):
                      "wa_outbox.contacts, wa_outbox.rate_limits, wa_outbox.workers, wa_outbox.settings, "
                      "wa_outbox.webhook_bodies, wa_outbox.campaigns, wa_outbox.worker_metrics, wa_outbox.ops_sessions, "
                      "wa_outbox.events, wa_outbox.delivery_attempts, wa_outbox.deliveries, wa_outbox.endpoints, "
-                     "wa_outbox.senders, wa_outbox.business_accounts, wa_outbox.app_secrets, wa_outbox.meta_apps "
+                     "wa_outbox.senders, wa_outbox.business_accounts, wa_outbox.app_secrets, wa_outbox.meta_apps, "
+                     "wa_outbox.number_health, wa_outbox.media_uploads, wa_outbox.media_chunks, wa_outbox.media, "
+                     "wa_outbox.templates, "
+                     "wa_outbox.portfolio_units, wa_outbox.portfolios "
                      "RESTART IDENTITY")
     if "app" in request.fixturenames:
         # The shared app's registry reloads on the TRUNCATE's NOTIFY, in its own thread: reload it here, so this
@@ -94,6 +97,9 @@ def clean_tables(request):
         watch = getattr(request.getfixturevalue("app"), "extensions", {}).get("wa_outbox.registry")
         if watch is not None:
             watch.reload()
+    # opspage: the ops page keeps the outcome minutes that are over (ops.sender_outcomes); none outlives the TRUNCATE
+    from wa_outbox import ops
+    ops.forget_settled_outcomes()
     yield
 
 

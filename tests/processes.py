@@ -1,5 +1,6 @@
 """Real processes for the system tests: a free port, the environment a service starts with, and a gunicorn started
-as the Procfile starts it (`gunicorn --config python:wa_outbox.gunicorn_conf wsgi:app`), up when it answers."""
+as `wa-outbox web` (the Procfile's web) starts it (`gunicorn --config python:wa_outbox.gunicorn_conf
+wa_outbox.web.wsgi:app`), up when it answers."""
 
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def gunicorn(database_url: str, ready_path: str = "/healthz", **extra: str) -> I
     port = free_port()
     env = service_env(database_url, WA_OUTBOX_BIND=f"127.0.0.1:{port}", **extra)
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--config", "python:wa_outbox.gunicorn_conf",
-                             "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                             "wa_outbox.web.wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     try:
         wait_until_up(f"http://127.0.0.1:{port}{ready_path}", proc)

@@ -9,6 +9,8 @@
 
 from .enqueue import Connectable, DBAPIConnection, enqueue, enqueue_many
 from .messages import InvalidMessage
+from .outbound_media import InvalidUpload, upload_media
 
 __version__ = "0.1.0"
-__all__ = ["enqueue", "enqueue_many", "InvalidMessage", "Connectable", "DBAPIConnection"]
+__all__ = ["enqueue", "enqueue_many", "InvalidMessage", "Connectable", "DBAPIConnection",
+           "upload_media", "InvalidUpload"]

@@ -275,11 +275,14 @@ def sender(engine: sa.Engine, settings: Settings, phone_number_id: Any) -> queri
 
 def add_sender(engine: sa.Engine, settings: Settings, *, phone_number_id: Any, waba_id: Any, app_id: Any,
                token: Secret, portfolio_id: Any = None, mps: Any = None, alias: Any = None,
-               display_phone_number: Any = None) -> tuple[queries.AccountSender, bool]:
+               display_phone_number: Any = None,
+               follow_meta_throughput: Any = None) -> tuple[queries.AccountSender, bool]:
     """Register a sender, or update it; (the sender, whether it was new). Its business account is created or its
     portfolio updated; a WABA that belongs to another app is refused. Options not given keep their recorded values
-    (alias, display number, portfolio); `mps` sets its pacing (`ratelimit set`'s, default burst)."""
+    (alias, display number, portfolio); `mps` sets its pacing (`ratelimit set`'s, default burst);
+    `follow_meta_throughput` (None: as it was) whether its pacing follows Meta's throughput (set_follow_meta)."""
     phone_number_id = check_id(phone_number_id, "the phone number id")
+    follow = check_follow(follow_meta_throughput)
     waba_id, app_id = check_id(waba_id, "the WABA id"), check_id(app_id, "the app id")
     portfolio_id = None if portfolio_id is None else check_id(portfolio_id, "the portfolio id")
     alias = None if alias is None else check_alias(alias)
@@ -305,7 +308,34 @@ def add_sender(engine: sa.Engine, settings: Settings, *, phone_number_id: Any, w
             queries.ratelimit_set(conn, phone_number_id=phone_number_id, mps=rate, burst=None, resume=False)
     log.info("sender %s %s (WABA %s, app %s, token %s)", phone_number_id,
              "registered" if written.created else "updated", waba_id, app_id, ref and f"env:{ref}" or print_)
+    if follow is not None:
+        set_follow_meta(engine, settings, phone_number_id=phone_number_id, follow=follow)
     return sender(engine, settings, phone_number_id), written.created
+
+
+def check_follow(value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidAccount("follow_meta_throughput is true or false")
+    return value
+
+
+def set_follow_meta(engine: sa.Engine, settings: Settings, *, phone_number_id: Any,
+                    follow: Any) -> queries.AccountSender:
+    """Whether a registered sender's pacing follows the throughput Meta grants it (phone_number_quality_update:
+    THROUGHPUT_UPGRADE is 1,000 messages per second): on, its rate_limits mps becomes that throughput whenever Meta
+    reports one, and at once if one is known; off (the default), its pacing is only what `ratelimit set` or
+    `senders add --mps` set. Burst is kept either way."""
+    phone_number_id = check_id(phone_number_id, "the phone number id")
+    wanted = check_follow(follow)
+    if wanted is None:
+        raise InvalidAccount("follow_meta_throughput is true or false")
+    found = queries.number_health_follow(engine, phone_number_id=phone_number_id, follow=wanted)
+    if not found:
+        raise AccountNotFound(f"no sender {phone_number_id} is registered (`wa-outbox senders add`)")
+    if found[0].paced_mps is not None:
+        log.info("sender %s follows Meta's throughput: its pacing is now %g messages/s", phone_number_id,
+                 found[0].paced_mps)
+    return sender(engine, settings, phone_number_id)
 
 
 def set_token(engine: sa.Engine, settings: Settings, *, phone_number_id: Any,

@@ -423,6 +423,9 @@ def get(engine: sa.Engine, name: str, *, default_mps: float) -> dict[str, Any]:
     found = summaries(engine, name, default_mps=default_mps)
     if not found:
         raise CampaignNotFound(f"no campaign {name!r}")
+    from .portfolios import campaign_figures  # noqa: PLC0415 - portfolios imports accounts: not on import's path
+    found[0]["messaging_limit"] = campaign_figures(engine, sender=found[0]["phone_number_id"],
+                                                   campaign_id=found[0]["id"])
     return found[0]
 
 

@@ -10,6 +10,7 @@ or, for a URL, shown with its password replaced by ***.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,6 +22,9 @@ from .delivery_policy import DEFAULT_DISABLE_AFTER_DAYS, DEFAULT_SCHEDULE, Deliv
 from .retry import RetryPolicy
 
 DEFAULT_GRAPH_API_BASE_URL = "https://graph.facebook.com/v23.0"  # pinned: the version of the spec we test against
+# The API token `wa-outbox dev` uses when WA_OUTBOX_API_TOKENS is not set: public (it is in this file), for a machine
+# of one's own only; the ops login page names it when WA_OUTBOX_DEV is on and it is configured.
+DEV_API_TOKEN = "dev-api-token-0123456789"
 
 T = TypeVar("T")
 
@@ -311,6 +315,13 @@ class Settings:
     endpoint_disable_after_days: float = DEFAULT_DISABLE_AFTER_DAYS  # failing continuously this long: disabled
     endpoints_allow_private: bool = False  # true: http and loopback/private addresses allowed (development, tests)
     event_retention_days: int = 30         # events for apps (the feed) are kept this long (`wa-outbox prune`)
+    # `wa-outbox dev` sets it for the processes it starts: the ops login page then says which token to use
+    dev: bool = False
+    # media (media_store.py, worker/_media.py)
+    media_store: str = "postgres"          # where media bytes live: postgres, or s3://bucket/prefix
+    media_max_bytes: int | None = None     # a media file larger is refused (too_large); None: the store's default
+    media_concurrency: int = 4             # inbound media downloads in flight per worker process
+    media_retention_days: int = 30         # media (rows and bytes) are kept this long (`wa-outbox prune`)
 
     def __repr__(self) -> str:
         shown = [f"database_url={None if self.database_url is None else redact_url(self.database_url)!r}"]
@@ -398,6 +409,15 @@ class Settings:
                                            "true or false (true: http and private addresses, for development)"),
             event_retention_days=_parse(env, "WA_OUTBOX_EVENT_RETENTION_DAYS", 30, _positive_int,
                                         "a positive number of days, e.g. 30"),
+            dev=_parse(env, "WA_OUTBOX_DEV", False, _bool, "true or false (`wa-outbox dev` sets it)"),
+            media_store=_parse(env, "WA_OUTBOX_MEDIA_STORE", "postgres", _media_store,
+                               "postgres, or s3://bucket/prefix"),
+            media_max_bytes=_parse(env, "WA_OUTBOX_MEDIA_MAX_BYTES", None, _positive_int,
+                                   "a positive number of bytes, e.g. 16777216"),
+            media_concurrency=_parse(env, "WA_OUTBOX_MEDIA_CONCURRENCY", 4, _positive_int,
+                                     "a positive number of concurrent media downloads"),
+            media_retention_days=_parse(env, "WA_OUTBOX_MEDIA_RETENTION_DAYS", 30, _positive_int,
+                                        "a positive number of days, e.g. 30"),
         )
 
     def retry_policy(self) -> RetryPolicy:
@@ -463,6 +483,18 @@ def validate_mode(env: Mapping[str, str]) -> str:
         except ImportError as exc:
             raise ConfigError(f"{VALIDATE_ENV}=meta needs the jsonschema package ({exc.name} is not installed): "
                               "pip install 'wa-outbox[simulator]', or set WA_OUTBOX_VALIDATE=off") from None
+    return raw
+
+
+def _media_store(raw: str) -> str:
+    """WA_OUTBOX_MEDIA_STORE: `postgres`, or `s3://bucket[/prefix]` (media_store.py parses the same form)."""
+    if raw.lower() == "postgres":
+        return "postgres"
+    match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/[^?#]*)?", raw)
+    if match is None:
+        raise _Invalid("neither postgres nor s3://bucket/prefix")
+    if importlib.util.find_spec("boto3") is None:  # found, not imported: a second of start-up only where it is used
+        raise _Invalid("a bucket needs boto3, which is not installed: pip install 'wa-outbox[s3]'")
     return raw
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import urllib.parse
+import warnings
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -140,26 +142,45 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
 
     The server keeps running while any process that asked for it is alive and stops after the last one exits, so a
     second `make run` reuses the same data and nothing is left running."""
-    try:
-        import pgserver  # noqa: PLC0415 - optional dependency, only for development without DATABASE_URL
-    except ImportError:
-        raise ConfigError("DATABASE_URL is not set and the embedded Postgres is not installed "
-                          "(pip install 'wa-outbox[embedded]')") from None
     pgdata = Path(data_dir).resolve() / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+    # pgserver keeps its lock file in the user's runtime directory; without XDG_RUNTIME_DIR (a container, ssh, sudo)
+    # platformdirs warns, twice, that it falls back to /tmp/runtime-<uid>, which serves a laptop's database as well:
+    # the warning is noise on every command's stderr.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"platformdirs(\.|$)")
+        try:
+            import pgserver  # noqa: PLC0415 - optional dependency, only for development without DATABASE_URL
+        except ImportError:
+            raise ConfigError("DATABASE_URL is not set and the embedded Postgres is not installed "
+                              "(pip install 'wa-outbox[embedded]')") from None
+        server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
     _EMBEDDED_SERVERS.append(server)  # keep a reference: the server stops when its last handle is dropped
-    return server.get_uri()
+    return usable_url(server.get_uri())
+
+
+def usable_url(uri: str) -> str:
+    """pgserver's URL as another program takes it: `postgresql://postgres:@/postgres?host=<socket dir>` names an empty
+    password (shown as *** wherever URLs are redacted, though there is none: the server trusts local connections),
+    so the user alone (postgresql://postgres@/postgres?host=...), and the socket directory percent-encoded as a
+    query value (a path with a space or a `&`)."""
+    base, sep, query = uri.partition("?")
+    base = base.replace("://postgres:@", "://postgres@", 1)
+    if query.startswith("host=") and "&" not in query:
+        query = "host=" + urllib.parse.quote(urllib.parse.unquote(query[len("host="):]), safe="/")
+    return base + sep + query
 
 
 _EMBEDDED_SERVERS: list[object] = []
 
 
-def with_database(settings: Settings) -> Settings:
-    """`settings` with a database: DATABASE_URL when set, else the embedded Postgres (exported to child processes)."""
+def with_database(settings: Settings, *, announce: bool = True) -> Settings:
+    """`settings` with a database: DATABASE_URL when set, else the embedded Postgres (exported to child processes).
+    `announce`: log that it is ready (the services; a command's stderr is for its own errors)."""
     if settings.database_url:
         return settings
     url = embedded_database_url(settings.data_dir)
     os.environ["DATABASE_URL"] = url
-    log.info("embedded postgres ready", extra={"data_dir": settings.data_dir})
+    if announce:
+        log.info("embedded postgres ready", extra={"data_dir": settings.data_dir})
     return replace(settings, database_url=url)

@@ -17,6 +17,7 @@ from typing import Any
 
 MESSAGE_TYPES = ("text", "template", "image", "audio", "video", "document", "sticker", "location", "contacts",
                  "interactive", "reaction")
+MEDIA_TYPES = ("image", "audio", "video", "document", "sticker")
 MAX_MESSAGE_BYTES = 64 * 1024  # a text body is ≤ 4096 characters; templates and interactive bodies are small too
 MAX_DEPTH = 64  # Cloud API bodies nest a handful of levels; JSON parsers recurse per level
 MAX_JSON_NUMBER = 2 ** 53 - 1  # RFC 8259 §6: the integers every JSON parser reads exactly
@@ -64,6 +65,15 @@ def normalize_recipient(to: Any) -> str:
     if digits is None:
         raise InvalidMessage(f"invalid recipient {_quoted(to)}: expected an E.164 phone number such as +5511987654321")
     return digits
+
+
+def format_phone(digits: str | None) -> str:
+    """A stored phone number (a recipient's digits, as normalize_recipient() keeps it) as the CLI and the ops page
+    print it: E.164 with its `+`, e.g. +5511987654321. Anything that is not bare digits (a display number Meta
+    already formatted, such as "+1 555-0100") is shown as it is; None as ''."""
+    if not digits:
+        return ""
+    return f"+{digits}" if digits.isascii() and digits.isdigit() else digits
 
 
 def _storable(value: Any, path: str, depth: int = 0) -> None:
@@ -139,7 +149,37 @@ def message_problem(message: Any, text: str | None = None) -> str | None:
     if tracker is not None and len(tracker) > MAX_TRACKER:
         return (f"biz_opaque_callback_data is {len(tracker)} characters: at most {MAX_TRACKER} fit, as Meta allows "
                 '512 and "<outbox id>:" goes first')
+    if kind in MEDIA_TYPES and isinstance(content, dict) and "upload" in content:
+        problem = upload_problem(kind, content)
+        if problem:
+            return problem
     return size_problem(_JSONB_TEXT(message) if text is None else text)
+
+
+MAX_UPLOAD_ID = 10 ** 18 - 1  # at most 18 digits, as the SQL rule's pattern: every bigint id fits for ages
+
+
+def upload_problem(kind: str, content: dict[str, Any]) -> str | None:
+    """The `upload` rules of message_problem(): a media message may name a file handed over to wa-outbox (POST
+    /v1/media, upload_media()) instead of Meta's media `id` or a public `link`. Whether that file exists is the
+    database's to say, at enqueue (the trigger check_message_upload())."""
+    upload = content["upload"]
+    if not (isinstance(upload, int) and not isinstance(upload, bool) and 1 <= upload <= MAX_UPLOAD_ID):
+        return f"{kind}.upload must be the id POST /v1/media or upload_media() returned (a positive integer)"
+    if "id" in content or "link" in content:
+        return f"{kind}.upload stands for {kind}.id and {kind}.link: give only one of the three"
+    return None
+
+
+def upload_of(message: dict[str, Any]) -> tuple[str, int] | None:
+    """(type, upload id) of a valid stored message that names an upload (its `<type>.upload`), or None."""
+    kind = message.get("type")
+    kind = kind if isinstance(kind, str) else _implied_type(message)
+    content = message.get(kind)
+    if kind not in MEDIA_TYPES or not isinstance(content, dict):
+        return None
+    upload = content.get("upload")
+    return (kind, upload) if isinstance(upload, int) and not isinstance(upload, bool) else None
 
 
 def size_problem(text: str) -> str | None:

@@ -39,10 +39,23 @@ def _checker() -> Any:
     return RequestChecker()
 
 
+def as_sent(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as the worker sends it, for Meta's schema: an `upload` (wa-outbox's own, not Meta's) goes as the
+    media `id` the worker puts in its place (worker/_uploads.py), so its form is judged, not the field's name."""
+    from .messages import upload_of  # noqa: PLC0415 - kept beside its one use
+    named = upload_of(message)
+    if named is None:
+        return message
+    kind, upload = named
+    media = {key: value for key, value in message[kind].items() if key != "upload"}
+    return {**message, kind: {**media, "id": str(upload)}}
+
+
 def meta_problem(recipient: str, message: dict[str, Any]) -> str | None:
     """Why Meta would refuse `message` sent to `recipient` (digits), naming the field as Meta does; or None."""
     from .meta_validation import InvalidRequest  # noqa: PLC0415 - optional dependency (jsonschema)
-    body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": f"+{recipient}", **message}
+    body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": f"+{recipient}",
+            **as_sent(message)}
     try:
         _checker().parse(body)
     except InvalidRequest as exc:

@@ -19,16 +19,17 @@ import enum
 import http
 import json
 import threading
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from .number_health import QUALITY_VALUES
 from .states import DeliveryStatus, EndpointState, MessageStatus, WebhookEventKind
 
 if TYPE_CHECKING:
-    from .queries import MetricTotal, QueueCount
+    from .queries import MetricTotal, NumberHealthMetric, QueueCount
 
 
 # --- label words: each label's values in one place, so every known series can be shown at 0 before first use ---------
@@ -54,7 +55,7 @@ class Unregistered(enum.StrEnum):
 
 class SendOutcome(enum.StrEnum):
     """`outcome` of wa_outbox_sends_total."""
-    SENT = "sent"
+    SENT = "sent"              # Meta accepted it: by its answer, or later by a status webhook (states.SENT_EVENTS)
     RETRY = "retry"            # an attempt spent, another scheduled
     THROTTLED = "throttled"    # not the message's fault (sender or pair paused): the attempt given back
     UNKNOWN = "unknown"        # may have reached Meta: settled by status webhooks
@@ -83,6 +84,16 @@ class DeliveryOutcome(enum.StrEnum):
     RETRY = "retry"            # failed; another attempt scheduled
     FAILED = "failed"          # failed, and the schedule ran out: replayable
     GONE = "gone"              # 410: the endpoint is disabled
+
+
+class MediaFetchOutcome(enum.StrEnum):
+    """`outcome` of wa_outbox_media_fetches_total: one fetch of an inbound media (lookup, download, store)."""
+    STORED = "stored"
+    RETRY = "retry"            # failed; another attempt scheduled
+    TOKEN = "token"            # the sender's token was refused: the sender is paused, the media waits
+    FAILED = "failed"          # final: Meta no longer knows the id, or the bytes never matched
+    EXPIRED = "expired"        # the id is past its life
+    TOO_LARGE = "too_large"    # over the size cap: recorded, not kept
 
 
 class EndpointDisabledReason(enum.StrEnum):
@@ -158,7 +169,8 @@ _QUEUE_STATUSES = {"notifications": ("queued", "sending", "unknown", "dead", "fa
 # deploy on). Shown by `worker_families`, never written to the table (a worker writes only what it counted).
 WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
     "wa_outbox_sends_total": (
-        "Cloud API sends by outcome (sent, retry, throttled, unknown, dead) and Graph error code (none: no error)",
+        "Cloud API sends by outcome (sent, retry, throttled, unknown, dead) and Graph error code (none: no error); "
+        "sent also counts an unknown send that a status webhook settled later (reconciled)",
         ("outcome", "code"), tuple((outcome.value, "none") for outcome in SendOutcome)),
     "wa_outbox_dead_letters_total": (
         "Messages (queue=notifications) and inbound webhook events (queue=webhook_events) that went dead",
@@ -181,6 +193,24 @@ WORKER_COUNTERS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[str, ...], ..
     "wa_outbox_endpoints_disabled_total": (
         "Endpoints the workers disabled, by reason (gone: it answered 410, failing: it failed for N days)",
         ("reason",), tuple((reason.value,) for reason in EndpointDisabledReason)),
+    # issue 22: sends whose slot slipped (a stalled machine) and went in a new slot instead of late (worker/_sender.py)
+    "wa_outbox_sends_reslotted_total": ("Sends whose send slot had slipped just before the request: re-slotted, "
+                                        "not sent late", (), ((),)),
+    # outbound media (mediaout)
+    "wa_outbox_media_uploads_total": (
+        "Outbound files uploaded to Meta (POST /{phone-number-id}/media) by outcome: uploaded, or what a failed "
+        "upload did to its message (retry, dead, throttle, pause_sender)", ("outcome",), (("uploaded",),)),
+    # inbound media (worker/_media.py)
+    "wa_outbox_media_fetches_total": (
+        "Inbound media fetches by outcome (stored, retry, token: the sender's token was refused, failed, expired, "
+        "too_large)", ("outcome",), tuple((outcome.value,) for outcome in MediaFetchOutcome)),
+    # --- templates (issue 20): messages a template held, and those its disabling dead-lettered ---
+    "wa_outbox_template_holds_total": (
+        "Messages held by their template (reason: template_paused, template_not_approved): queued, no attempt spent",
+        ("reason",), (("template_paused",), ("template_not_approved",))),
+    "wa_outbox_template_dead_letters_total": (
+        "Messages dead-lettered because their template was disabled (reason template_disabled; their campaigns are "
+        "paused)", (), ((),)),
 }
 SEND_DURATION = "wa_outbox_send_duration_seconds"
 SEND_DURATION_HELP = "Cloud API call latency, from request to answer (or timeout)"
@@ -289,4 +319,89 @@ def database_families(queue_rows: list[QueueCount] | None,
             endpoints.add_metric((state.value,), float(seen.get(("endpoints", state.value), (0, 0))[0]))
         lag.add_metric([], float(seen.get(("deliveries", "lag"), (0, 0))[1]))
     yield from (rows, ages, alive, heartbeat, paused, endpoints, lag)
+    if queue_rows is not None:
+        yield from template_families(seen)
+    yield from portfolio_families(queue_rows)
     yield from worker_families(worker_rows or ())
+
+
+# --- number health (issue 20): what Meta last reported of each registered sender, read at scrape time ----------------
+
+def number_health_families(rows: list[NumberHealthMetric] | None) -> Iterator[Metric]:
+    """One series per sender Meta has reported on (number_health). None: the database did not answer (nothing
+    shown, never stale numbers). The quality as a number (number_health.QUALITY_VALUES): 3 GREEN, 2 YELLOW, 1 RED,
+    0 UNKNOWN; a sender with no rating reported has no quality series."""
+    labels = ("phone_number_id",)
+    quality = GaugeMetricFamily("wa_outbox_sender_quality", "The sender's quality rating as Meta last reported it: "
+                                "3 GREEN (high), 2 YELLOW (medium), 1 RED (low), 0 UNKNOWN", labels=labels)
+    flagged = GaugeMetricFamily("wa_outbox_sender_flagged", "1 while Meta has the sender flagged for low quality",
+                                labels=labels)
+    restricted = GaugeMetricFamily("wa_outbox_sender_restricted", "1 while the sender's business account is under a "
+                                   "restriction Meta announced (account_update) that has not expired", labels=labels)
+    banned = GaugeMetricFamily("wa_outbox_sender_banned", "1 while Meta has the sender's business account disabled "
+                               "or scheduled for disabling", labels=labels)
+    limit = GaugeMetricFamily("wa_outbox_sender_messaging_limit", "The customers in 24 hours the sender's messaging "
+                              "limit tier names (absent: unlimited or not reported)", labels=labels)
+    throughput = GaugeMetricFamily("wa_outbox_sender_throughput_mps", "The messages per second Meta's throughput "
+                                   "level for the sender allows (80 standard, 1000 high)", labels=labels)
+    # Counts over every sender, always shown (0 before any report): what the shipped alerts read; the per-sender
+    # series above say which.
+    counted = {"flagged": GaugeMetricFamily("wa_outbox_senders_flagged", "Senders Meta has flagged for low quality"),
+               "restricted": GaugeMetricFamily("wa_outbox_senders_restricted",
+                                               "Senders whose business account is under a restriction not expired"),
+               "banned": GaugeMetricFamily("wa_outbox_senders_banned",
+                                           "Senders whose business account Meta disabled or is about to disable"),
+               "quality_dropped": GaugeMetricFamily("wa_outbox_senders_quality_dropped",
+                                                    "Senders whose last quality rating change lowered it")}
+    if rows is not None:
+        for attribute, family in counted.items():
+            family.add_metric([], float(sum(bool(getattr(r, attribute)) for r in rows)))
+    for r in rows or ():
+        key = (r.phone_number_id,)
+        if r.quality_rating is not None:
+            quality.add_metric(key, QUALITY_VALUES.get(r.quality_rating, 0.0))
+        flagged.add_metric(key, float(r.flagged))
+        restricted.add_metric(key, float(r.restricted))
+        banned.add_metric(key, float(r.banned))
+        if r.messaging_limit is not None:
+            limit.add_metric(key, float(r.messaging_limit))
+        if r.throughput_mps is not None:
+            throughput.add_metric(key, float(r.throughput_mps))
+    yield from (quality, flagged, restricted, banned, limit, throughput, *counted.values())
+
+
+def template_families(seen: Mapping[tuple[str, str], tuple[Any, Any]]) -> Iterator[Metric]:
+    """Issue 20's template gauges, from queue_metrics.sql's 'templates' rows."""
+    held = GaugeMetricFamily("wa_outbox_template_held_messages",
+                             "Messages held by their template (paused or not approved): queued, waiting for it")
+    held.add_metric([], float(seen.get(("templates", "held"), (0, 0))[0]))
+    states = GaugeMetricFamily("wa_outbox_templates", "Templates known to be paused or disabled, by status",
+                               labels=("status",))
+    for status in ("paused", "disabled"):
+        states.add_metric((status,), float(seen.get(("templates", status), (0, 0))[0]))
+    pending = GaugeMetricFamily("wa_outbox_template_category_changes_pending",
+                                "Template category changes Meta announced (template_category_update with "
+                                "correct_category) that have not taken effect yet")
+    pending.add_metric([], float(seen.get(("templates", "category_change_pending"), (0, 0))[0]))
+    soonest = GaugeMetricFamily("wa_outbox_template_category_change_seconds",
+                                "Seconds until the soonest announced template category change takes effect (0: none)")
+    soonest.add_metric([], float(seen.get(("templates", "category_change_pending"), (0, 0))[1]))
+    yield from (held, states, pending, soonest)
+
+
+
+def portfolio_families(queue_rows: list[QueueCount] | None) -> Iterator[Metric]:
+    """The messaging limit of each business portfolio that has one (queue_metrics.sql's 'portfolios' rows: units
+    left in `rows`, messages held by the limit in `age`): one series per such portfolio, bounded by the operator."""
+    remaining = GaugeMetricFamily("wa_outbox_portfolio_budget_remaining",
+                                  "Units of the business portfolio's messaging limit left now (unique customers it "
+                                  "may still reach outside a service window in the moving 24 hours)",
+                                  labels=("portfolio_id",))
+    held = GaugeMetricFamily("wa_outbox_portfolio_messages_held",
+                             "Messages waiting because the business portfolio's messaging limit is used up",
+                             labels=("portfolio_id",))
+    for r in queue_rows or ():
+        if r.queue == "portfolios":
+            remaining.add_metric((r.status,), float(r.rows))
+            held.add_metric((r.status,), float(r.age))
+    yield from (remaining, held)

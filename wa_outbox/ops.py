@@ -4,8 +4,11 @@ in wa_outbox/web/ops_views.py only render these. Single messages are wa_outbox/o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import datetime
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -30,6 +33,52 @@ def queue_depth(engine: sa.Engine, *, cap: int = DEPTH_CAP) -> list[queries.Queu
 def throughput(engine: sa.Engine) -> list[queries.MinuteFlows]:
     """Sixty rows, one per minute of the last hour, oldest first: entered, sent, failed, dead, cancelled."""
     return queries.ops_throughput(engine)
+
+
+# Minutes older than this many before the current one are over: no event is written in them any more (an event's
+# created_at is its insert's clock, and the statements that write them last well under a minute), so the page
+# keeps their counts instead of reading them again at every refresh.
+SETTLED_MINUTES = 2
+
+
+@dataclass
+class _Settled:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    until: datetime.datetime | None = None          # rows cover the minutes before it
+    rows: list[queries.SenderMinute] = field(default_factory=list)
+
+
+_settled: dict[str, _Settled] = {}
+_settled_lock = threading.Lock()
+
+
+def sender_outcomes(engine: sa.Engine, minutes: Sequence[queries.MinuteFlows]) -> list[SenderOutcomes]:
+    """Each sender's outcomes over the last hour, minute by minute on `minutes` (ops_throughput's axis). The minutes
+    that are over are kept in this process (per database) and only the last few are read again: with auto-refresh
+    on, an open page costs a few minutes of the timeline per refresh, not an hour of it (ops_sender_outcomes.sql).
+    A message purged within the hour keeps counting in the minutes kept: its events did happen."""
+    axis = [m.minute for m in minutes]
+    if not axis:
+        return []
+    settled = axis[-1] - datetime.timedelta(minutes=SETTLED_MINUTES)
+    with _settled_lock:
+        cache = _settled.setdefault(engine.url.render_as_string(hide_password=True), _Settled())
+    with cache.lock:  # one refresh at a time per database: the others wait for it rather than read the hour too
+        if cache.until is not None and axis[0] <= cache.until <= axis[-1]:
+            kept = [r for r in cache.rows if r.minute >= axis[0]]
+            since: datetime.datetime | None = cache.until
+        else:
+            kept, since = [], None
+        rows = kept + queries.ops_sender_outcomes(engine, since=since)
+        cache.rows = [r for r in rows if r.minute < settled]
+        cache.until = settled
+    return outcome_series(rows, axis)
+
+
+def forget_settled_outcomes() -> None:
+    """Drop the kept minutes (tests that write the past)."""
+    with _settled_lock:
+        _settled.clear()
 
 
 def workers(engine: sa.Engine) -> list[queries.WorkerRow]:
@@ -159,3 +208,135 @@ def line_points(values: Sequence[int], *, width: float = 240, height: float = 48
     top = max(values) or 1
     step = width / max(len(values) - 1, 1)
     return " ".join(f"{round(i * step, 2)},{round(height - v / top * height, 2)}" for i, v in enumerate(values))
+
+
+# --- labels (pure) ---------------------------------------------------------------------------------------------------
+
+# What the page calls each queue: the operator's words, not the tables' (ops_queue_depth.sql names them by table).
+QUEUE_LABELS = {"notifications": "outbound", "webhook_events": "inbound"}
+
+
+def queue_label(queue: str) -> str:
+    return QUEUE_LABELS.get(queue, queue.replace("_", " "))
+
+
+# --- outcomes per sender (pure) --------------------------------------------------------------------------------------
+
+OUTCOMES = ("sent", "delivered", "read", "failed", "dead")
+
+
+@dataclass(frozen=True)
+class SenderOutcomes:
+    """One sender's last hour: per outcome, one count per minute (oldest first), and its totals and rates."""
+    phone_number_id: str
+    alias: str | None
+    display_phone_number: str | None
+    series: dict[str, list[int]]
+
+    def total(self, outcome: str) -> int:
+        return sum(self.series[outcome])
+
+    @property
+    def delivery_rate(self) -> float | None:
+        return rate(self.total("delivered"), self.total("sent"))
+
+    @property
+    def read_rate(self) -> float | None:
+        return rate(self.total("read"), self.total("delivered"))
+
+
+def rate(part: int, whole: int) -> float | None:
+    """Pure: part / whole as a fraction of 1, None when there is no whole. Both are counts of events in the same
+    hour, so `part` may include messages whose earlier step fell before it (a message sent at 09:59 and delivered at
+    10:00): the rate is capped at 1, never 'more than all'."""
+    if whole <= 0:
+        return None
+    return min(part / whole, 1.0)
+
+
+def outcome_series(rows: Iterable[queries.SenderMinute], minutes: Sequence[Any]) -> list[SenderOutcomes]:
+    """Pure: the query's sparse (sender, minute) rows as one full series per outcome and sender over `minutes`;
+    rows for a minute outside them are dropped; a sender's alias and display number are its last row's. Senders by
+    phone number id."""
+    index = {minute: i for i, minute in enumerate(minutes)}
+    found: dict[str, SenderOutcomes] = {}
+    for row in rows:
+        at = index.get(row.minute)
+        if at is None:
+            continue
+        sender = found.get(row.phone_number_id)
+        series = sender.series if sender else {outcome: [0] * len(minutes) for outcome in OUTCOMES}
+        # the registry's labels of the latest row (kept minutes come first): a renamed alias shows at once
+        sender = found[row.phone_number_id] = SenderOutcomes(
+            phone_number_id=row.phone_number_id, alias=row.alias, display_phone_number=row.display_phone_number,
+            series=series)
+        for outcome in OUTCOMES:
+            sender.series[outcome][at] += getattr(row, outcome)
+    return [found[k] for k in sorted(found)]
+
+
+def outcome_totals(senders: Sequence[SenderOutcomes], length: int) -> dict[str, list[int]]:
+    """Pure: every sender's series added up, minute by minute (the page's charts: the sum of its senders' rows)."""
+    totals = {outcome: [0] * length for outcome in OUTCOMES}
+    for sender in senders:
+        for outcome in OUTCOMES:
+            for i, value in enumerate(sender.series[outcome]):
+                totals[outcome][i] += value
+    return totals
+
+
+# --- what a worker reports doing (pure) ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Activity:
+    """One line of a worker's activity: what it works on, and its figures in words ("42 sent")."""
+    area: str
+    parts: tuple[str, ...]
+
+
+# The counters of a worker's heartbeat (worker/__init__.py's _info: its sender's, inbound processor's and
+# deliverer's stats, all since the worker started), each as the words the page shows. Keys are matched by prefix
+# in this order (the unprefixed sender's last), shown in _AREA_ORDER; a key of no area (a counter a newer worker
+# reports) is still shown, under "other".
+_ACTIVITY_AREAS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("deliveries_", "pushes to endpoints", (
+        ("in_flight", "in flight"), ("delivered", "delivered"), ("retry", "to retry"), ("failed", "failed"),
+        ("gone", "gone (410)"))),
+    ("inbound_", "inbound webhooks", (
+        ("processed", "processed"), ("statuses", "statuses"), ("messages", "messages"), ("failed", "failed"),
+        ("dead", "dead"), ("unrecognized_statuses", "unrecognized statuses"), ("lease_lost", "leases lost"))),
+    ("", "outbound messages", (
+        ("in_flight", "in flight"), ("claimed", "claimed"), ("sent", "sent"), ("retry", "retried"),
+        ("unknown", "unknown (reconciling)"), ("throttled", "throttled"), ("dead", "dead"),
+        ("released", "given back"))),
+)
+_AREA_ORDER = ("outbound messages", "inbound webhooks", "pushes to endpoints", "other")
+_ALWAYS_SHOWN = {"in_flight", "sent", "processed", "delivered"}  # the rest only when not zero
+
+
+def worker_activity(info: Mapping[str, Any]) -> list[Activity]:
+    """Pure: a heartbeat's counters as a readable summary, one line per area (outbound, inbound, pushes), the
+    figures that are not zero (in flight and the main one always), in the order an operator reads them."""
+    remaining = dict(info)
+    lines: list[Activity] = []
+    for prefix, area, words in _ACTIVITY_AREAS:
+        parts = []
+        for key, phrase in words:
+            value = remaining.pop(prefix + key, None)
+            if value is None:
+                continue
+            if value or key in _ALWAYS_SHOWN:
+                parts.append(f"{_figure(value)} {phrase}")
+        if parts:
+            lines.append(Activity(area=area, parts=tuple(parts)))
+    other = [f"{key.replace('_', ' ')} {_figure(value)}" for key, value in sorted(remaining.items())
+             if value not in (0, None, "", [], {})]
+    if other:
+        lines.append(Activity(area="other", parts=tuple(other)))
+    return sorted(lines, key=lambda line: _AREA_ORDER.index(line.area))
+
+
+def _figure(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"

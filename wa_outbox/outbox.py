@@ -86,6 +86,7 @@ class PruneResult:
     feed_events: int = 0           # events for apps (the feed) past WA_OUTBOX_EVENT_RETENTION_DAYS
     deliveries: int = 0            # their deliveries to endpoints
     fraction: float = 0.0          # how far through the phase's old ids
+    media: int = 0                 # inbound media past WA_OUTBOX_MEDIA_RETENTION_DAYS (cli/prune.py: media_retention)
 
     @property
     def rows(self) -> int:

@@ -15,13 +15,15 @@ secret_box.SecretBox and never put in a repr, a log line or an error.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import psycopg
 import sqlalchemy as sa
 
-from . import queries
+from . import db, queries
 from .config import ConfigError, Settings
 from .secret_box import SecretBox, SecretKeyMissing
 
@@ -125,15 +127,16 @@ def load(engine: sa.Engine, settings: Settings) -> Registry:
     secrets: list[AppSecret] = []
     if settings.app_secret:
         secrets.append(AppSecret(None, settings.app_secret))
-    for row in queries.registry_app_secrets(engine):
+    app_secrets, business_accounts, registered = _snapshot(engine)
+    for row in app_secrets:
         value = _stored_secret(box, row.secret_enc, row.secret_ref, f"app {row.app_id}'s secret")
         if value:
             secrets.append(AppSecret(row.app_id, value, row.fingerprint, row.expires_at))
     accounts = {a.waba_id: BusinessAccount(a.waba_id, a.app_id, a.portfolio_id)
-                for a in queries.registry_business_accounts(engine)}
+                for a in business_accounts}
     senders: dict[str, Sender] = {}
     aliases: dict[str, str] = {}
-    for s in queries.registry_senders(engine):
+    for s in registered:
         senders[s.phone_number_id] = Sender(s.phone_number_id, s.waba_id, s.app_id, s.portfolio_id, s.alias,
                                             s.display_phone_number, s.token_fingerprint)
         if s.alias:
@@ -141,6 +144,41 @@ def load(engine: sa.Engine, settings: Settings) -> Registry:
     if settings.phone_number_id and settings.phone_number_id not in senders:
         senders[settings.phone_number_id] = Sender(settings.phone_number_id, None, None, from_environment=True)
     return Registry(senders, accounts, tuple(secrets), aliases)
+
+
+_SNAPSHOT_TRIES = 5
+_SNAPSHOT_LOCK_TIMEOUT_MS = 200
+
+
+def _snapshot(engine: sa.Engine) -> tuple[list[queries.StoredAppSecret], list[queries.RegisteredBusinessAccount],
+                                          list[queries.RegisteredSender]]:
+    """The apps' secrets, business accounts and senders as of one moment: read in one REPEATABLE READ transaction,
+    so a reload that runs while an app and its sender are being registered never sees the sender without the app's
+    secret (three autocommit reads could, and the web then refused that number's webhooks until the next reload)."""
+    for attempt in range(1, _SNAPSHOT_TRIES + 1):
+        conn = engine.raw_connection()
+        try:
+            pg = db.psycopg_connection(conn)
+            pg.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                # The transaction holds its first table's lock while it asks for the next: beside a statement that
+                # locks them all exclusively in another order (a migration, a TRUNCATE), it would deadlock. It gives
+                # way first instead (well before deadlock_timeout's 1 s) and tries again.
+                pg.execute(f"SET LOCAL lock_timeout = '{_SNAPSHOT_LOCK_TIMEOUT_MS}ms'")
+                return (queries.registry_app_secrets(pg), queries.registry_business_accounts(pg),
+                        queries.registry_senders(pg))
+            finally:
+                pg.execute("ROLLBACK")  # read only: nothing to commit
+        except psycopg.errors.LockNotAvailable:
+            if attempt == _SNAPSHOT_TRIES:
+                raise
+            time.sleep(0.05 * attempt)
+        except psycopg.OperationalError:
+            conn.invalidate()  # never hand a broken connection out again
+            raise
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def token_of(engine: sa.Engine, settings: Settings, phone_number_id: str) -> str:

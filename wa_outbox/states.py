@@ -50,6 +50,28 @@ class TimelineEvent(enum.StrEnum):
     DEAD = "dead"
     REQUEUED = "requeued"
     CANCELLED = "cancelled"
+    LIMIT_HELD = "limit_held"            # the portfolio's messaging limit is used up: waits for a unit to free
+    TEMPLATE_HELD = "template_held"      # its template is paused or not approved: waits, no attempt spent
+    TEMPLATE_RELEASED = "template_released"  # its template was approved again: queued in its order
+
+
+# == What counts as sent (issue 23: the first hour) ==
+# Every count of messages sent (wa_outbox_sends_total{outcome="sent"}, the ops page's charts, `wa-outbox status`)
+# counts these timeline events: Meta accepted the message, as its send's answer said (`sent`), or as a status webhook
+# showed later for a send whose answer was lost or that was re-queued or dead meanwhile (`reconciled`). A message
+# has at most one of them: a status webhook reconciles only a message that is not sent yet.
+SENT_EVENTS = (TimelineEvent.SENT, TimelineEvent.RECONCILED)
+
+# A message in one of these statuses went through after whatever error it had before: its `last_error` is history
+# (an earlier attempt's), shown after its outcome, never as why it is where it is.
+ERROR_IS_HISTORY = (MessageStatus.SENT, MessageStatus.DELIVERED, MessageStatus.READ, MessageStatus.CANCELLED)
+
+
+class HoldReason(enum.StrEnum):
+    """`notifications.hold_reason`: what holds a queued message, beside its schedule (NULL: nothing)."""
+    MESSAGING_LIMIT = "messaging_limit"              # the business portfolio's 24-hour limit is used up
+    TEMPLATE_PAUSED = "template_paused"              # Meta paused its template (quality), 132015
+    TEMPLATE_NOT_APPROVED = "template_not_approved"  # its template is pending, rejected or in appeal
 
 
 class WebhookEventStatus(enum.StrEnum):

@@ -340,18 +340,33 @@ def split_payload(payload: dict[str, Any]) -> list[WebhookEvent]:
             value = change.get("value")
             if not isinstance(value, dict):
                 raise PayloadError(f"{where}.value must be an object")
-            events.extend(_split_change(where, account_id, field, value))
+            events.extend(_split_change(where, account_id, field, value, entry.get("time")))
     return events
 
 
-def _split_change(where: str, account_id: str | None, field: str, value: dict[str, Any]) -> list[WebhookEvent]:
+# Changes that say what something IS now, with no time of their own in `value`: a template paused, approved, paused
+# again sends the same value twice, which the digest alone would take for a redelivery and drop. Their key also
+# holds the entry's `time` (a redelivery of one POST keeps it; a new change has its own).
+# https://developers.facebook.com/documentation/business-messaging/whatsapp/webhooks/reference/
+# message_template_status_update
+_TIMED_FIELDS = frozenset({"message_template_status_update", "message_template_quality_update",
+                           "template_category_update"})
+
+
+def _split_change(where: str, account_id: str | None, field: str, value: dict[str, Any],
+                  entry_time: Any = None) -> list[WebhookEvent]:
     metadata = value.get("metadata")
     phone_number_id = _str_or_none(metadata.get("phone_number_id")) if isinstance(metadata, dict) else None
     # Only the `messages` field (and its echo twin) carries wamid-keyed updates; e.g. `calls` has a `statuses`
     # list too, but of call ids, which are digested with the rest of their change.
     split_lists = [k for k in _ITEM_LISTS if field in ("messages", "smb_message_echoes") and k in value]
     if not split_lists:
-        return [_digest_event(account_id, field, phone_number_id, value)]
+        timed = entry_time if field in _TIMED_FIELDS and isinstance(entry_time, int | str) else None
+        event = _digest_event(account_id, field, phone_number_id, value, timed)
+        if timed is None:
+            return [event]
+        # the entry's time rides along (Meta sends no order guarantee: the newest change wins by it)
+        return [event._replace(payload={**event.payload, "time": timed})]
 
     events = []
     rest = {k: v for k, v in value.items() if k not in split_lists}
@@ -389,8 +404,9 @@ def _split_change(where: str, account_id: str | None, field: str, value: dict[st
 
 
 def _digest_event(account_id: str | None, field: str, phone_number_id: str | None,
-                  value: dict[str, Any]) -> WebhookEvent:
-    canonical = json.dumps([account_id, field, value], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                  value: dict[str, Any], entry_time: int | str | None = None) -> WebhookEvent:
+    digested = [account_id, field, value] if entry_time is None else [account_id, field, value, str(entry_time)]
+    canonical = json.dumps(digested, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     # surrogatepass: lone surrogates (sanitized later) digest losslessly; valid text encodes exactly as UTF-8.
     key = "d:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
     return WebhookEvent(key, field, "change", account_id, phone_number_id, None, None,

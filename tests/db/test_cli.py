@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -17,10 +19,17 @@ def make_dead(db, nid: int, code: int = 131026) -> None:
 def test_send_prints_the_id_and_honours_idempotency(run, db):
     r = run("send", "--to", "+5511987654321", "--text", "Olá", "--idempotency-key", "k1", "--correlation-id", "c1")
     assert r.exit_code == 0, r.output
-    nid = int(r.output.split("\t")[0])
+    assert r.stdout.strip().isdigit(), r.stdout  # the id alone, as the README says: ID=$(wa-outbox send ...)
+    nid = int(r.stdout)
     again = run("send", "--to", "+5511987654321", "--text", "Olá", "--idempotency-key", "k1")
-    assert again.output.startswith(f"{nid}\t") and "seen before" in again.output
+    assert again.exit_code == 0 and again.stdout == f"{nid}\n" and "seen before" in again.stderr
     assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 1
+    as_json = run("send", "--to", "+5511987654321", "--text", "Olá", "--idempotency-key", "k1", "--print-json")
+    assert json.loads(as_json.stdout) == {"id": nid, "status": "queued", "created": False}
+    fresh = run("send", "--to", "+5511987654321", "--text", "Olá", "--print-json")
+    created = json.loads(fresh.stdout)
+    assert created == {"id": created["id"], "status": "queued", "created": True} and created["id"] != nid
+    assert not fresh.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [

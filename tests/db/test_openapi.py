@@ -174,3 +174,17 @@ def _parameters(described: dict[str, Any], parameters: list[dict[str, Any]]) -> 
             parameter = described["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
         resolved.append(parameter)
     return resolved
+
+
+def test_media_upload_responses_match_the_documented_schemas(app, client):
+    """POST /v1/media (outbound media): created, refused input, not multipart, too large."""
+    import io
+    check = _Checker(app)
+    created = check(client.post("/v1/media", headers=AUTH, content_type="multipart/form-data",
+                                data={"file": (io.BytesIO(b"%PDF-1.4 x"), "a.pdf", "application/pdf")}), 201)
+    assert created["filename"] == "a.pdf"
+    check(client.post("/v1/media", headers=AUTH, content_type="multipart/form-data", data={"type": "image/png"}), 400)
+    check(client.post("/v1/media", headers=AUTH, json={"file": "x"}), 415)
+    check(client.post("/v1/media", headers=AUTH, content_type="multipart/form-data",
+                      data={"file": (io.BytesIO(b"x" * (500 * 1024 + 1)), "s.webp", "image/webp")}), 413)
+    assert ("/v1/media", "post") in check.seen

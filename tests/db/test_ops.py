@@ -12,9 +12,11 @@ import pytest
 from tests.conftest import API_TOKEN
 from wa_outbox import db as wa_db, ops, queries
 from wa_outbox.queries import MinuteFlows
+from wa_outbox.states import SENT_EVENTS
 from wa_outbox.web.ops_views import session_key, token_matches
 
 SENDER = "100000000000001"
+THROUGHPUT = {"sent_events": [str(e) for e in SENT_EVENTS]}  # ops_throughput.sql's parameter (queries.ops_throughput)
 
 
 def _csrf(html: str) -> str:
@@ -202,11 +204,17 @@ def test_the_page_shows_queues_workers_senders_dead_letters_and_campaigns(logged
     finally:
         db.execute("DELETE FROM wa_outbox.campaigns")
     assert '<div class="big" id="waiting">1</div>' in html
-    assert "host:1:abc" in html and "in_flight <b>7</b>" in html
+    assert "host:1:abc" in html and "outbound messages</span> 7 in flight · 42 sent" in html
+    assert "in_flight" not in html  # the counters in words, not their names
     assert "auth: 190 token expired" in html and ">Resume</button>" in html
     assert "code 131026" in html and "receiver incapable" in html and "code (none)" in html
     assert "spring-sale" in html
-    assert html.count("<svg") == 4 and "sent / min" in html
+    assert html.count("<svg") == 6 + 1  # the six charts, and the one sender's sparkline (its dead letters)
+    assert all(f"{name} / min" in html for name in ("sent", "delivered", "read", "failed", "dead"))
+    queues = re.search(r'<table id="queues">(.*?)</table>', html, re.S).group(1)
+    assert ">outbound<" in queues and ">inbound<" in queues
+    shown = re.sub(r"<[^>]+>", " ", html)  # what a reader sees: the operator's words, not the tables' names
+    assert "notifications" not in shown and "webhook_events" not in shown
     assert "<script>" not in html and " style=" not in html  # the CSP allows neither
 
 
@@ -259,19 +267,22 @@ def test_charts_count_each_minute_of_the_hour_in_any_time_zone(db, zone):
             (SENDER,)).fetchone()[0]
         start = "date_trunc('minute', now()) - interval '59 minutes'"
         for event, at in (("queued", f"{start}"), ("requeued", f"{start} + interval '59.999 seconds'"),
-                          ("sent", f"{start} + interval '1 minute'"), ("failed", f"{start} + interval '30 minutes'"),
+                          ("sent", f"{start} + interval '1 minute'"),
+                          ("reconciled", f"{start} + interval '1 minute'"),
+                          ("failed", f"{start} + interval '30 minutes'"),
                           ("dead", "now()"), ("cancelled", "date_trunc('minute', now())"),
                           ("queued", f"{start} - interval '1 millisecond'"), ("sending", "now()"),
                           ("delivered", "now()")):
             db.execute(f"INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, created_at) "
                        f"VALUES (%s, %s, 0, {at})", (message, event))
-        rows = db.execute(wa_db.query("ops_throughput")).fetchall()
+        rows = db.execute(wa_db.query("ops_throughput"), THROUGHPUT).fetchall()
         minutes = [r[0] for r in rows]
         first = db.execute(f"SELECT {start}").fetchone()[0]
     assert len(rows) == 60 and minutes[0] == first and minutes == sorted(minutes)
     counts = {i: r[1:] for i, r in enumerate(rows) if any(r[1:])}
     # minute: (entered, sent, failed, dead, cancelled)
-    assert counts == {0: (2, 0, 0, 0, 0), 1: (0, 1, 0, 0, 0), 30: (0, 0, 1, 0, 0), 59: (0, 0, 0, 1, 1)}, counts
+    # a `reconciled` is a send too (states.SENT_EVENTS): Meta accepted it, its answer was lost
+    assert counts == {0: (2, 0, 0, 0, 0), 1: (0, 2, 0, 0, 0), 30: (0, 0, 1, 0, 0), 59: (0, 0, 0, 1, 1)}, counts
 
 
 def test_charts_read_a_few_pages_for_an_event_that_landed_among_old_ones(db):
@@ -288,12 +299,13 @@ def test_charts_read_a_few_pages_for_an_event_that_landed_among_old_ones(db):
     db.execute("ANALYZE wa_outbox.notification_events")
     pages = db.execute("SELECT pg_relation_size('wa_outbox.notification_events') / 8192").fetchone()[0]
     assert pages > 300
-    plan = db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + wa_db.query("ops_throughput")).fetchone()[0][0]["Plan"]
+    plan = db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + wa_db.query("ops_throughput"),
+                      THROUGHPUT).fetchone()[0][0]["Plan"]
     scans = [n for n in _plan_nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"]
     assert scans, plan
     read = sum(n.get("Lossy Heap Blocks", 0) + n.get("Exact Heap Blocks", 0) for n in scans)
     assert read <= 2 * 16, f"{read} pages read for 2 events in the last hour"  # their ranges: the first, a middle one
-    rows = db.execute(wa_db.query("ops_throughput")).fetchall()
+    rows = db.execute(wa_db.query("ops_throughput"), THROUGHPUT).fetchall()
     assert sum(r[2] for r in rows) == 1 and sum(r[1] for r in rows) == 1  # that `sent`, and _insert's `queued`
 
 
@@ -428,7 +440,9 @@ _PAGE_QUERIES = {
     # query: (params, indexes the plan must use)
     "ops_queue_depth": ({"cap": 10_000}, {"notifications_queued_age", "notifications_leased", "notifications_unknown",
                                           "webhook_events_due", "webhook_events_leased", "webhook_events_dead"}),
-    "ops_throughput": ({}, {"notification_events_created_at"}),
+    "ops_throughput": (THROUGHPUT, {"notification_events_created_at"}),
+    # the hour's outcome events by the BRIN index, their messages' senders by primary key: never a scan
+    "ops_sender_outcomes": ({"since": None, **THROUGHPUT}, {"notification_events_created_at", "notifications_pkey"}),
     "ops_workers": ({}, {"workers_pkey"}),
     "ops_senders": ({"environment_sender": SENDER, "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
                      "environment_token_fingerprint": None}, {"rate_limits_pkey", "senders_pkey"}),

@@ -4,6 +4,7 @@ accounts and senders, secrets encrypted or referenced."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -63,3 +64,41 @@ def test_an_encrypted_secret_without_the_key_is_a_clear_error(engine, settings, 
     register(db, SecretBox([KEY]))
     with pytest.raises(SecretKeyMissing, match="WA_OUTBOX_SECRET_KEY"):
         registry.load(engine, settings)
+
+
+def test_a_load_sees_the_registry_of_one_moment(engine, settings, db, monkeypatch):
+    """An app and its sender registered while a load runs (the web's reload on each NOTIFY): the load sees both or
+    neither, never the sender without its app's secret (CI saw the web refuse a new number's webhooks so)."""
+    from wa_outbox import queries
+
+    box = SecretBox([KEY])
+    read = queries.registry_app_secrets
+    registered = []
+
+    this_thread = threading.get_ident()  # a shared app's registry thread may read meanwhile: not its reads
+
+    def then_register(conn):
+        rows = read(conn)
+        if threading.get_ident() == this_thread and not registered:
+            register(db, box)  # the secrets are read: now register, committed, before the senders are read
+            registered.append(True)
+        return rows
+
+    monkeypatch.setattr(queries, "registry_app_secrets", then_register)
+    settings = dataclasses.replace(settings, secret_keys=(KEY,))
+    found = registry.load(engine, settings)
+    assert registered and "5001" not in found.senders and not found.business_accounts
+    assert "5001" in registry.load(engine, settings).senders  # the next load sees all of it
+
+
+def test_a_load_gives_way_to_a_statement_that_locks_the_registry(engine, settings, database_url):
+    """A migration or TRUNCATE locking the registry's tables exclusively, in another order than the load reads them,
+    would deadlock with the load's snapshot: the load gives way (LockNotAvailable, after a few tries) instead of
+    holding its first lock while it waits, and loads once the lock is gone."""
+    import psycopg
+
+    with psycopg.connect(database_url) as locker:
+        locker.execute("LOCK TABLE wa_outbox.business_accounts IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            registry.load(engine, settings)
+    assert registry.load(engine, settings).default_sender == settings.phone_number_id

@@ -12,6 +12,7 @@ from wa_outbox.states import (
     DeliveryStatus,
     EndpointState,
     EventType,
+    HoldReason,
     MessageStatus,
     TimelineEvent,
     WebhookEventKind,
@@ -32,6 +33,7 @@ def _check_words(db, table: str, column: str) -> set[str]:
 
 @pytest.mark.parametrize("table, column, words", [
     ("notifications", "status", MessageStatus),
+    ("notifications", "hold_reason", HoldReason),
     ("notification_events", "event", TimelineEvent),
     ("webhook_events", "status", WebhookEventStatus),
     ("webhook_events", "kind", WebhookEventKind),

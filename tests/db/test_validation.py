@@ -66,6 +66,18 @@ CASES = [
      "first"),
     ("tracker not a string", TO, {**TEXT, "biz_opaque_callback_data": 7},
      "`biz_opaque_callback_data` must be a string"),
+    # A media message may name an upload (issue 21): its form is a message rule; whether it exists, the enqueue's.
+    ("upload not a number", TO, {"type": "document", "document": {"upload": "12"}},
+     "document.upload must be the id POST /v1/media or upload_media() returned (a positive integer)"),
+    ("upload zero", TO, {"type": "image", "image": {"upload": 0}},
+     "image.upload must be the id POST /v1/media or upload_media() returned (a positive integer)"),
+    ("upload fraction", TO, {"type": "video", "video": {"upload": 1.5}},
+     "video.upload must be the id POST /v1/media or upload_media() returned (a positive integer)"),
+    ("upload and link", TO, {"type": "document", "document": {"upload": 3, "link": "https://example.com/a.pdf"}},
+     "document.upload stands for document.id and document.link: give only one of the three"),
+    ("upload and id, implied type", TO, {"sticker": {"upload": 3, "id": "123"}},
+     "sticker.upload stands for sticker.id and sticker.link: give only one of the three"),
+    ("upload key outside media", TO, {**TEXT, "text": {"body": "x", "upload": "free text"}}, None),
     ("too large", TO, {"type": "template", "template": {"name": "x", "components": ["y" * 70_000]}},
      "message is larger than 65536 bytes"),
     ("64 levels", TO, nested(64), None),
@@ -172,6 +184,16 @@ def test_every_entry_point_gives_the_same_verdict(app_engine, database_url, clie
         written = 2 if name.endswith("enqueue_many()") else 1
         after = rows(db)
         assert after == (before if reason else (before[0] + written, before[1] + written)), name
+    if isinstance(to, str) or to is None:  # SQL check_message(): the same verdict, asked first with plain text
+        before = rows(db)
+        assert check_message(db, to, json.dumps(message)) == reason
+        assert rows(db) == before
+
+
+def check_message(db, to, message_text, **keys) -> str | None:
+    named = "".join(f", {name} => %({name})s" for name in keys)
+    return db.execute(f"SELECT wa_outbox.check_message(%(to)s, %(message)s{named})",
+                      {"to": to, "message": message_text, **keys}).fetchone()[0]
 
 
 @pytest.mark.parametrize("to, message, reason", [c[1:] for c in UNSENDABLE], ids=[c[0] for c in UNSENDABLE])
@@ -329,3 +351,55 @@ def test_the_tables_own_recipient_rule_still_refuses_what_it_did(db, recipient, 
     else:
         with pytest.raises(psycopg.errors.CheckViolation, match="notifications_recipient_check"):
             db.execute(insert, (recipient,))
+
+
+# == SQL callers (issue 23: the first hour): check_message() first, or enqueue() under a SAVEPOINT ==
+
+def test_check_message_takes_plain_text_and_names_every_rule_enqueue_raises(database_url, db, sender):
+    text = json.dumps(TEXT)
+    assert check_message(db, TO, text) is None
+    assert check_message(db, TO, "{not json").startswith("`message` is not JSON Postgres can store: ")
+    assert check_message(db, TO, '{"type": "text", "text": {"body": "a\\u0000b"}}').startswith(
+        "`message` is not JSON Postgres can store: ")
+    assert check_message(db, TO, None) == "`message` must be a JSON object (a Cloud API message body)"
+    for keys, reason in (({"idempotency_key": ""}, "`idempotency_key` must be a string of 1 to 255 characters"),
+                         ({"correlation_id": "c" * 256}, "`correlation_id` must be a string of 1 to 255 characters"),
+                         ({"phone_number_id": "+55 11"},
+                          "`phone_number_id` must be the numeric id of a business phone number"),
+                         ({"phone_number_id": "nobody"},
+                          "no sender has the alias nobody: give a registered alias or a phone_number_id")):
+        assert check_message(db, TO, text, **keys) == reason
+        named = "".join(f", {name} => %({name})s" for name in keys)
+        assert sql_path(database_url, f"SELECT wa_outbox.enqueue(%(to)s, %(message)s::jsonb{named})",
+                        {"to": TO, "message": text, **keys}) == reason  # what enqueue() raises, word for word
+    db.execute("DELETE FROM wa_outbox.settings WHERE key = 'default_phone_number_id'")
+    assert check_message(db, TO, text) == \
+        "no sender: pass phone_number_id or set WHATSAPP_PHONE_NUMBER_ID for wa-outbox"
+    assert rows(db) == (0, 0)
+
+
+def test_a_refusal_keeps_the_callers_transaction_with_check_message_or_a_savepoint(database_url, db, sender):
+    """docs/enqueue.md's two remedies: enqueue() raising aborts the transaction it runs in, so an app asks
+    check_message() first, or wraps enqueue() in a SAVEPOINT; either way its own work commits."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE TEMP TABLE orders (id int)")  # the app's own table, for this session
+        conn.commit()
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT wa_outbox.enqueue('123', %s::jsonb)", (json.dumps(TEXT),))
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):  # the whole transaction is lost
+            conn.execute("SELECT count(*) FROM orders")
+        conn.rollback()
+
+        conn.execute("INSERT INTO orders VALUES (2)")
+        problem = conn.execute("SELECT wa_outbox.check_message('123', %s)", (json.dumps(TEXT),)).fetchone()[0]
+        assert problem.startswith("invalid recipient")  # asked first: nothing raised, the transaction goes on
+        conn.execute("SAVEPOINT before_enqueue")
+        try:
+            conn.execute("SELECT wa_outbox.enqueue('123', %s::jsonb)", (json.dumps(TEXT),))
+        except psycopg.errors.InvalidParameterValue:
+            conn.execute("ROLLBACK TO SAVEPOINT before_enqueue")
+        queued = conn.execute("SELECT wa_outbox.enqueue(%s, %s::jsonb)", (TO, json.dumps(TEXT))).fetchone()[0]
+        assert conn.execute("SELECT array_agg(id) FROM orders").fetchone()[0] == [2]
+        conn.commit()
+    assert db.execute("SELECT id FROM wa_outbox.notifications").fetchall() == [(queued,)]

@@ -304,7 +304,7 @@ def test_two_apps_three_wabas_five_numbers_end_to_end(database_url, db, tmp_path
         blocked = enqueue((N5,), 3)
         others = enqueue((N1, N2, N3, N4), 2)
         nid = int(stack.cli("send", "--to", "+5511988887777", "--text", "pelo terminal", "--phone-number-id",
-                            N4.alias or N4.id).split()[0])  # "<id>\t<status>"
+                            N4.alias or N4.id).split()[0])  # the id alone
         expected[nid] = N4.id
         others.append(nid)
         wait_for(lambda: db.execute("SELECT paused_until > now() FROM wa_outbox.rate_limits "

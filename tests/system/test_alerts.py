@@ -76,7 +76,8 @@ def test_the_issue_alerts_are_all_shipped():
     wanted = ["wa_outbox_workers_alive", 'status="queued"', "wa_outbox_dead_letters_total",
               "wa_outbox_senders_paused", 'status="unknown"', 'queue="webhook_events"', 'reason="signature"',
               'url_rule="/webhooks/whatsapp"', "wa_outbox_database_up",
-              "wa_outbox_endpoints_disabled_total", "wa_outbox_deliveries_lag_seconds"]
+              "wa_outbox_endpoints_disabled_total", "wa_outbox_deliveries_lag_seconds",
+              "wa_outbox_template_dead_letters_total", "wa_outbox_template_category_changes_pending"]
     for fragment in wanted:
         assert any(fragment in expr for expr in expressions.values()), fragment
     assert "increase(wa_outbox_queue_rows" not in " ".join(expressions.values())  # never increase() of a gauge
@@ -166,3 +167,11 @@ def test_every_worker_dying_pages_within_two_minutes(client, db, sender, sim, da
     # No heartbeat can come from a dead worker: from here on the value stays 0 until a worker starts again.
     series += [0.0] * (120 // step)
     _fires_within(series, step, True, for_seconds, promtool, tmp_path, deadline_seconds=120)
+
+
+def test_the_number_health_alerts_are_shipped():
+    """Issue 20: a sender's quality dropping, a sender flagged, restricted or disabled each alert."""
+    expressions = " ".join(rule["expr"] for rule in alert_rules().values())
+    for fragment in ("wa_outbox_senders_quality_dropped", "wa_outbox_senders_flagged", "wa_outbox_senders_restricted",
+                     "wa_outbox_senders_banned"):
+        assert fragment in expressions, fragment

@@ -22,10 +22,11 @@ def status(db, seq: int) -> str | None:
 
 
 def test_sigkill_mid_delivery_then_another_worker_delivers_it_after_the_lease(database_url, db):
-    gate = threading.Event()
+    gate, arrived = threading.Event(), threading.Event()
 
     def answer(_id: str, tries: int) -> int:
         if tries == 0:
+            arrived.set()
             gate.wait(30)  # the first POST hangs: its worker is killed meanwhile
         return 200
 
@@ -39,6 +40,8 @@ def test_sigkill_mid_delivery_then_another_worker_delivers_it_after_the_lease(da
         except AssertionError:
             victim.kill()
             raise AssertionError(victim.communicate()[0]) from None
+        # killed with its POST on the wire (a claimed delivery whose request has not gone yet is another case)
+        assert arrived.wait(60), "the first POST never reached the receiver"
         victim.send_signal(signal.SIGKILL)
         victim.communicate(timeout=10)
         gate.set()

@@ -7,6 +7,7 @@ the reason, only when pip cannot reach a package index to install the dependenci
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -99,11 +100,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _service_env(bin_dir: Path, database_url: str, **extra: str) -> dict[str, str]:
-    return _env(PATH=f"{bin_dir}{os.pathsep}{_env()['PATH']}", DATABASE_URL=database_url,
-                WHATSAPP_APP_SECRET=APP_SECRET, WHATSAPP_VERIFY_TOKEN="vt", WA_OUTBOX_API_TOKENS=API_TOKEN,
-                WHATSAPP_ACCESS_TOKEN="test-access-token", WHATSAPP_PHONE_NUMBER_ID="100000000000001",
-                WHATSAPP_API_BASE_URL="http://127.0.0.1:9/v23.0", WA_OUTBOX_DRY_RUN="true",
-                WEB_CONCURRENCY="1", WA_OUTBOX_WEB_THREADS="2", **extra)
+    return _env(**{"PATH": f"{bin_dir}{os.pathsep}{_env()['PATH']}", "DATABASE_URL": database_url,
+                   "WHATSAPP_APP_SECRET": APP_SECRET, "WHATSAPP_VERIFY_TOKEN": "vt", "WA_OUTBOX_API_TOKENS": API_TOKEN,
+                   "WHATSAPP_ACCESS_TOKEN": "test-access-token", "WHATSAPP_PHONE_NUMBER_ID": "100000000000001",
+                   "WHATSAPP_API_BASE_URL": "http://127.0.0.1:9/v23.0", "WA_OUTBOX_DRY_RUN": "true",
+                   "WEB_CONCURRENCY": "1", "WA_OUTBOX_WEB_THREADS": "2", **extra})
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -150,6 +151,10 @@ def test_the_wheel_carries_every_file_and_no_top_level_migrations(wheel):
                 if f"wa_outbox/_migrations/{p.as_posix()}" not in names]
     assert not missing, "not in the wheel (widen setup.cfg's package_data):\n" + "\n".join(missing)
     assert "wa_outbox/py.typed" in names
+    # the MIT licence travels in the metadata (setup.cfg's license_files)
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-File: LICENSE" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert any(n.endswith((".dist-info/licenses/LICENSE", ".dist-info/LICENSE")) for n in names), names
 
 
 def test_the_installed_cli_migrates_serves_and_works(installed, scratch_url, elsewhere):
@@ -201,6 +206,39 @@ def test_the_installed_dev_command_runs_the_whole_stack(installed, scratch_url, 
                  timeout=120, interval=0.5, what="the message to be sent to the simulator and read")
         dev.proc.send_signal(signal.SIGINT)
         assert dev.proc.wait(timeout=60) == 0
+
+
+def test_a_heroku_style_release_from_the_wheel_with_honcho(installed, scratch_url, elsewhere):
+    """The repository's Procfile run by honcho as Heroku runs it, from the wheel's virtualenv in a directory holding
+    only that Procfile: the release phase first (`honcho start release`, a one-off that must exit 0), then `honcho
+    start web worker` on PORT; /readyz answers and a message sent through it reaches the simulator and is read."""
+    honcho = Path(sys.executable).parent / "honcho"
+    if not honcho.exists():
+        pytest.skip("honcho is not installed (it is in the dev extras)")
+    shutil.copy(ROOT / "Procfile", elsewhere / "Procfile")
+    port, simulator_port = free_port(), free_port()
+    env = _service_env(installed, scratch_url, WA_OUTBOX_DRY_RUN="false",
+                       WHATSAPP_API_BASE_URL=f"http://127.0.0.1:{simulator_port}/v23.0")
+    released = _run([str(honcho), "start", "release"], elsewhere, env, timeout=300)
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert "release.1 stopped (rc=0)" in released.stdout, released.stdout
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        assert db.execute("SELECT version_num FROM wa_outbox.alembic_version").fetchone()[0] == migrate.head()
+    with _Started(["wa-outbox", "simulator", "--port", str(simulator_port), "--status-delay-ms", "20",
+                   "--webhook-url", f"http://127.0.0.1:{port}/webhooks/whatsapp"], elsewhere, env) as simulator, \
+            _Started([str(honcho), "start", "--port", str(port), "web", "worker"], elsewhere, env) as processes:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: simulator.alive() and processes.alive() and _answers(f"{base}/readyz"), timeout=120,
+                 what="honcho's web /readyz")
+        auth = {"Authorization": f"Bearer {API_TOKEN}"}
+        queued = requests.post(f"{base}/v1/messages", headers=auth, timeout=10, json={
+            "to": "+5511987654321", "message": {"type": "text", "text": {"body": "released by honcho"}}})
+        assert queued.status_code == 202, queued.text
+        wait_for(lambda: processes.alive() and requests.get(f"{base}/v1/messages/{queued.json()['id']}",
+                                                            headers=auth, timeout=10).json()["status"] == "read",
+                 timeout=120, interval=0.5, what="the message to reach the simulator and be read")
+        received = requests.get(f"http://127.0.0.1:{simulator_port}/_admin/messages", timeout=10).json()["messages"]
+        assert [m for m in received if "released by honcho" in json.dumps(m)], received
 
 
 def _answers(url: str) -> bool:

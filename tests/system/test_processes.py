@@ -1,4 +1,5 @@
-"""The real processes: gunicorn serving wsgi:app as the Procfile runs it, and the CLI's start-up errors."""
+"""The real processes: gunicorn serving the checkout's wsgi:app (tests/processes.py starts the app as `wa-outbox web`
+does), and the CLI's start-up errors."""
 
 from __future__ import annotations
 

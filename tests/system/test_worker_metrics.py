@@ -71,8 +71,8 @@ def test_worker_sends_outcomes_latency_claims_and_dead_letters_reach_the_web_met
     assert live[("wa_outbox_sends_total", (("code", "130429"), ("outcome", "throttled")))] == 1
     assert live[("wa_outbox_dead_letters_total", (("queue", "notifications"),))] == 1
     assert live[("wa_outbox_throttle_pauses_total", (("reason", "sender_throttled"),))] == 1
-    # Four sends (one retried after its 130429), each of a claim; a row given back unsent (its thread woke too late
-    # for its slot on a loaded machine) is claimed once more: the metric counts every claim the database recorded.
+    # Four sends (one retried after its 130429), each of a claim; a row given back unsent (its slot slipped too often
+    # on a loaded machine) is claimed once more: the metric counts every claim the database recorded.
     claims = db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'sending'").fetchone()[0]
     assert claims >= 4
     assert live[("wa_outbox_claims_total", ())] == claims

@@ -39,7 +39,7 @@ def test_200_without_a_message_id_is_unknown_not_sent_or_retried():
     (3, Action.DEAD), (131005, Action.DEAD),
     (131050, Action.DEAD), (131026, Action.DEAD), (131047, Action.DEAD), (131051, Action.DEAD), (100, Action.DEAD),
     (131008, Action.DEAD), (131009, Action.DEAD), (131021, Action.DEAD), (132000, Action.DEAD),
-    (132016, Action.DEAD), (133010, Action.DEAD),
+    (132016, Action.DEAD), (133010, Action.DEAD), (132015, Action.HOLD_TEMPLATE),  # a paused template: held
 ])
 def test_graph_error_codes_follow_the_table(code, action):
     d = classify(graph_error(code))

@@ -3,6 +3,9 @@ when concurrent requests are admitted slightly out of arrival order."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from wa_outbox.simulator.config import PairLimit
@@ -57,3 +60,38 @@ def test_accepted_arrivals_never_exceed_the_rate_in_any_sliding_second(arrivals,
         else:
             assert busiest(accepted + [t], 1.0) > mps
     assert busiest(accepted, 1.0) <= mps
+
+
+# --- the portfolio's messaging limit ---------------------------------------------------------------------------------
+
+def test_the_messaging_limit_counts_unique_customers_outside_a_window_and_refuses_the_next():
+    from wa_outbox.simulator.limits import MessagingLimit
+    limit = MessagingLimit()
+    day = 100.0
+    assert [limit.admit(1.0, "1", c, True, 2, day) for c in ("a", "b", "a")] == [True, True, True]
+    assert limit.admit(2.0, "2", "c", True, 2, day) is False      # a third customer, any number of the portfolio
+    assert limit.admit(2.0, "1", "c", False, 2, day) is True      # not a template: never counts
+    limit.wrote(3.0, "1", "d")
+    assert limit.admit(4.0, "1", "d", True, 2, day) is True       # their window is open
+    assert limit.admit(4.0, "2", "d", True, 2, day) is False      # not with the other number
+    assert limit.admit(101.0, "1", "c", True, 2, day) is True     # a and b freed
+    assert (limit.counted(), limit.over) == (1, 2)
+    assert limit.admit(5.0, "1", "z", True, None, day) is True    # no limit
+
+
+def test_the_simulator_accepts_a_send_over_the_limit_then_fails_it_and_counts_it():
+    from wa_outbox.simulator.config import SimulatorConfig
+    from wa_outbox.simulator.core import Simulator
+    sim = Simulator(access_token="t", app_secret="s", config=SimulatorConfig().updated({"messaging_limit": 1}))
+    body = {"messaging_product": "whatsapp", "to": "5511900000001", "type": "template",
+            "template": {"name": "promo", "language": {"code": "en"}}}
+    first = sim.handle_send("100000000000001", "Bearer t", json.dumps(body).encode())
+    second = sim.handle_send("100000000000001", "Bearer t", json.dumps({**body, "to": "5511900000002"}).encode())
+    assert first.status == second.status == 200
+    assert [m["over_messaging_limit"] for m in sim.messages()] == [False, True]
+    stats = sim.stats()
+    assert stats["messaging_limit"] == {"limit": 1, "counted": 1, "over": 1}
+    assert stats["outcomes"]["over_messaging_limit"] == 1
+    for bad in (-1, "x", True):
+        with pytest.raises(ValueError):
+            SimulatorConfig().updated({"messaging_limit": bad})

@@ -20,7 +20,7 @@ def _settings(*, service: bool = False) -> Settings:
         raise ConfigurationError(exc) from None
     logs.configure(settings.log_level, settings.log_format, sys.stdout if service else sys.stderr)
     try:
-        return with_database(settings)
+        return with_database(settings, announce=service)
     except ConfigError as exc:
         raise ConfigurationError(exc) from None
 

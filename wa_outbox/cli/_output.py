@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..messages import format_phone
+
 if TYPE_CHECKING:
     from ..queries import Notification
 
@@ -59,9 +61,14 @@ def _echo_json(row: Any) -> None:
 def _print_notification(n: Notification) -> None:
     click.echo(f"message {n.id}: {n.status} (attempt {n.attempts}"
                + (f"/{n.max_attempts})" if n.max_attempts else ")"))
-    click.echo(f"  to +{n.recipient} from {n.phone_number_id}, wamid {n.wamid or '-'}, "
+    click.echo(f"  to {format_phone(n.recipient)} from {n.phone_number_id}, wamid {n.wamid or '-'}, "
                f"correlation id {n.correlation_id or '-'}")
-    if n.last_error:
+    if n.sent_at:  # the outcome first: how far it got, and when
+        click.echo("  " + " · ".join(f"{word} {at:%Y-%m-%d %H:%M:%S}" for word, at in (
+            ("sent", n.sent_at), ("delivered", n.delivered_at), ("read", n.read_at)) if at))
+    if n.last_error and n.error_is_history:  # shown after the outcome, as history, never as why it is where it is
+        click.echo(f"  error history: {n.last_error.get('message')} (an earlier attempt's; it is {n.status} now)")
+    elif n.last_error:
         click.echo(f"  last error: {n.last_error.get('message')}")
     for e in n.timeline:
         detail = {k: v for k, v in (e.get("detail") or {}).items() if v is not None}

@@ -56,7 +56,10 @@ def _campaign_error(exc) -> CliError:
                                          "campaign's, else WHATSAPP_PHONE_NUMBER_ID, else the only registered sender).")
 @click.option("--skip-invalid", is_flag=True, help="Import the valid rows and list the others (default: write "
                                                    "nothing if any row is invalid).")
-def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invalid) -> None:
+@click.option("--dry-run", is_flag=True, help="Validate and say what the import would do (how many recipients "
+                                              "count against the portfolio's messaging limit, how many it has "
+                                              "left, when the campaign would finish at it); write nothing.")
+def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invalid, dry_run=False) -> None:
     """Queue one message per CSV row (columns: to, body.1 … or body.<name>, header.1, header.image, or message).
 
     Every row is validated first; with an invalid row nothing is written (exit 1) unless --skip-invalid. Importing
@@ -83,6 +86,9 @@ def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invali
                        "(fix them, or --skip-invalid to import the others)")
     settings = _settings()
     sender = phone_number_id or None
+    if dry_run:
+        _dry_run(settings, name, sender, read)
+        return
     progress = _Progress(len(read.items))
     started = time.monotonic()
     try:
@@ -99,6 +105,24 @@ def campaign_import(csv_file, name, template, lang, phone_number_id, skip_invali
                    f"{len(read.items) / max(elapsed, 1e-6):,.0f} rows/s)", err=True)
 
 
+def _dry_run(settings, name: str, sender: str | None, read) -> None:
+    """What `campaign import --dry-run` says: the rows, and the campaign at its portfolio's messaging limit."""
+    from .. import campaigns, portfolios
+    from ..messaging_limit import is_template
+    engine = _engine(settings)
+    existing = next((c for c in campaigns.summaries(engine, name, default_mps=settings.rate_limit_mps)), None)
+    sender = sender or (existing["phone_number_id"] if existing else None) or settings.phone_number_id
+    recipients = sorted({item["to"] for item in map(_item, read.items) if is_template(item.get("message"))})
+    figures = portfolios.campaign_figures(engine, sender=sender, recipients=recipients)
+    click.echo(f"campaign {name} (dry run, nothing written): {len(read.items)} valid row(s), "
+               f"{len(read.problems)} invalid, {read.duplicates} duplicate(s); sender {sender or '-'}")
+    click.echo(f"  {portfolios.figures_text(figures)}")
+
+
+def _item(item) -> dict:
+    return _json.loads(item) if isinstance(item, str) else item
+
+
 def _print_campaign(c: dict) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(c["counts"].items())) or "no messages"
     click.echo(f"campaign {c['name']}: {c['status']}" + (f" ({c['pause_reason']})" if c["pause_reason"] else ""))
@@ -113,6 +137,9 @@ def _print_campaign(c: dict) -> None:
                    f"({c['waiting']} waiting)")
     elif c["status"] == "paused":
         click.echo(f"  {c['waiting']} waiting for `wa-outbox campaign resume {c['name']}`")
+    if c.get("messaging_limit"):
+        from ..portfolios import figures_text
+        click.echo(f"  {figures_text(c['messaging_limit'])}")
 
 
 @campaign.command("list")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..messages import format_phone
 from ._common import _engine, _settings
 from ._output import _echo_json, _print_notification, _tsv
 
@@ -29,7 +30,7 @@ def dlq_list(limit: int, code: int | None, as_json: bool) -> None:
     # status: dead (given up here) or failed (Meta accepted it, then reported it failed: its code and title).
     click.echo(_tsv(["id", "status", "recipient", "attempts", "died_at", "reason"]))
     for r in rows:
-        click.echo(_tsv([r.id, r.status, f"+{r.recipient}", r.attempts, f"{r.died_at:%Y-%m-%d %H:%M:%S}",
+        click.echo(_tsv([r.id, r.status, format_phone(r.recipient), r.attempts, f"{r.died_at:%Y-%m-%d %H:%M:%S}",
                          (r.last_error or {}).get("message", "")]))
     click.echo(f"({len(rows)} shown)", err=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..messages import format_phone
 from ._common import _engine, _settings
 from ._output import _echo_json, _print_notification, _tsv
 
@@ -18,8 +19,15 @@ from ._output import _echo_json, _print_notification, _tsv
 @click.option("--correlation-id", help="Stored on the message and its timeline.")
 @click.option("--phone-number-id", help="Sender: a phone number id or a registered sender's alias (default: "
                                          "WHATSAPP_PHONE_NUMBER_ID, else the only registered sender).")
-def send(to, text, template, lang, message_json, idempotency_key, correlation_id, phone_number_id) -> None:
-    """Queue one message (the worker sends it) and print its id."""
+@click.option("--print-json", "print_json", is_flag=True,
+              help='Print the result as one JSON object ({"id", "status", "created"}) instead of the id alone.')
+def send(to, text, template, lang, message_json, idempotency_key, correlation_id, phone_number_id,
+         print_json) -> None:
+    """Queue one message (the worker sends it) and print its id.
+
+    The id alone on stdout (ID=$(wa-outbox send ...) in a script); an idempotency key seen before prints the id of
+    the message it queued then, and says so on stderr. --print-json: the id, the status and whether it was created
+    (--json is the message body)."""
     import json as _json
 
     import psycopg
@@ -47,7 +55,13 @@ def send(to, text, template, lang, message_json, idempotency_key, correlation_id
         raise click.ClickException(str(exc)) from None
     except psycopg.Error as exc:
         raise click.ClickException(str(exc).strip().splitlines()[0]) from None
-    click.echo(_tsv([accepted.id, accepted.status] + ([] if accepted.created else ["(idempotency key seen before)"])))
+    if print_json:
+        _echo_json({"id": accepted.id, "status": accepted.status, "created": accepted.created})
+    else:
+        click.echo(accepted.id)
+    if not accepted.created:
+        click.echo(f"wa-outbox: idempotency key seen before: message {accepted.id} ({accepted.status}) is the one it "
+                   "queued; nothing new was queued", err=True)
 
 
 @click.command()
@@ -75,7 +89,7 @@ def status(term: str, as_json: bool) -> None:
             click.echo("")
         click.echo(_tsv(["id", "status", "recipient", "attempts", "created_at", "correlation_id", "last_error"]))
         for m in matches:
-            click.echo(_tsv([m.id, m.status, f"+{m.recipient}", m.attempts, f"{m.created_at:%Y-%m-%d %H:%M:%S}",
+            click.echo(_tsv([m.id, m.status, format_phone(m.recipient), m.attempts, f"{m.created_at:%Y-%m-%d %H:%M:%S}",
                              m.correlation_id or "", m.last_error or ""]))
         shown = True
     if not shown:

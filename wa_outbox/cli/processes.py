@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..config import ConfigError, redact_url
+from ..config import DEV_API_TOKEN, ConfigError, redact_url
 from ._common import _record_default_sender, _settings
 from ._errors import ConfigurationError
 from ._supervisor import _run_children
@@ -21,7 +21,7 @@ DEV_DEFAULTS = {
     "WHATSAPP_VERIFY_TOKEN": "dev-verify-token",
     "WHATSAPP_ACCESS_TOKEN": "dev-access-token",
     "WHATSAPP_PHONE_NUMBER_ID": "100000000000001",
-    "WA_OUTBOX_API_TOKENS": "dev-api-token-0123456789",
+    "WA_OUTBOX_API_TOKENS": DEV_API_TOKEN,
 }
 
 
@@ -81,9 +81,17 @@ def worker() -> None:
               help="Simulator: sent after N ms, delivered after 2N, read after 3N.")
 def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
     """Everything on this machine: Postgres, migrations, web app, worker, and the Graph API simulator in place of
-    Meta (unless WHATSAPP_API_BASE_URL is set), wired together. Ctrl-C stops it all."""
+    Meta (unless WHATSAPP_API_BASE_URL is set), wired together. Ctrl-C stops it all.
+
+    Prints the development API token it generates, never a WA_OUTBOX_API_TOKENS you set (its curls then read
+    $TOKEN); with the embedded Postgres, the DATABASE_URL another program connects with."""
+    # A token the user set is theirs (it may be a real deployment's): never printed. The generated one is shown, as the
+    # only way into the API and the ops page.
+    own_token = bool(os.environ.get("WA_OUTBOX_API_TOKENS", "").strip())
+    embedded = not os.environ.get("DATABASE_URL", "").strip()
     for name, value in DEV_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+        if not os.environ.get(name, "").strip():
+            os.environ[name] = value
     os.environ["PORT"] = str(port)
     os.environ["WA_OUTBOX_BIND"] = f"127.0.0.1:{port}"
     os.environ.setdefault("WA_OUTBOX_POLL_INTERVAL", "0.5")
@@ -91,6 +99,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
     # One readable line per event, prefixed per process (the children write to a pipe: tell them it is for people).
     os.environ.setdefault("LOG_FORMAT", "console")
     os.environ["PYTHONUNBUFFERED"] = "1"
+    os.environ["WA_OUTBOX_DEV"] = "true"  # the ops login page's hint: which token logs in (ops_views.dev_login_hint)
     # Endpoints work out of the box: a receiver on this machine (`events listen`) may be one, and their secrets are
     # stored under a development key made once and kept in the data dir (never printed).
     os.environ.setdefault("WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE", "true")
@@ -113,11 +122,19 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
         children["sim"] = [sys.executable, "-m", "wa_outbox.cli", "simulator", "--port", str(simulator_port),
                                  "--webhook-url", f"{web_url}/webhooks/whatsapp",
                                  "--status-delay-ms", str(status_delay_ms)]
-    token = settings.api_tokens[0]
-    auth = f"-H 'Authorization: Bearer {token}'"
-    click.echo(f"wa-outbox dev: postgres   {redact_url(settings.required('database_url'))}")
+    if own_token:
+        auth = "-H \"Authorization: Bearer $TOKEN\""
+        token_shown = "yours: one of WA_OUTBOX_API_TOKENS, not shown; TOKEN=<it> for the curls below"
+    else:
+        auth = f"-H 'Authorization: Bearer {settings.api_tokens[0]}'"
+        token_shown = settings.api_tokens[0]
+    database_url = settings.required("database_url")
+    click.echo(f"wa-outbox dev: postgres   {redact_url(database_url)}")
+    if embedded:  # no password (the server trusts its local socket): the URL works as printed
+        click.echo(f"wa-outbox dev:            another app connects with DATABASE_URL='{database_url}' "
+                   "(a Unix socket, no password: psql, libpq, psycopg, node-postgres take it as it is)")
     click.echo(f"wa-outbox dev: web        {web_url}  (webhooks {web_url}/webhooks/whatsapp, "
-               f"metrics {web_url}/metrics, API token {token})")
+               f"metrics {web_url}/metrics, API token {token_shown})")
     click.echo(f"wa-outbox dev: worker     sending to {settings.api_base_url}")
     if simulate:
         click.echo(f"wa-outbox dev: simulator  {sim_url}/v23.0  (admin {sim_url}/_admin/: faults, messages, inbound)")

@@ -22,8 +22,9 @@ from ._errors import CliError
               help="Rows per batch; each batch is its own short transaction.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as one JSON object.")
 def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> None:
-    """Delete finished messages (with their timelines), processed webhooks and the events feed's old events (with
-    their deliveries: WA_OUTBOX_EVENT_RETENTION_DAYS, default 30) past the retention, in small batches.
+    """Delete finished messages (with their timelines), processed webhooks, the events feed's old events (with
+    their deliveries: WA_OUTBOX_EVENT_RETENTION_DAYS, default 30) and inbound media (rows and bytes:
+    WA_OUTBOX_MEDIA_RETENTION_DAYS, default 30) past the retention, in small batches.
 
     Safe while workers run: only final states go, rows in use are skipped, each batch commits on its own. Stopped
     anywhere, the next run carries on. Run it daily from a scheduler."""
@@ -39,6 +40,9 @@ def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> N
         _prune_summary(result, as_json, interrupted=True)
         raise CliError("interrupted: the batches done are committed; run prune again to carry on",
                        exit_code=130) from None
+    from ..media_retention import prune_media  # inbound media: WA_OUTBOX_MEDIA_RETENTION_DAYS
+    result.media = prune_media(_engine(settings), settings, days=settings.media_retention_days,
+                               batch_size=min(batch_size, 1000))
     progress.finish()
     _prune_summary(result, as_json, interrupted=False)
 
@@ -47,7 +51,8 @@ def _prune_summary(result, as_json: bool, *, interrupted: bool) -> None:
     if as_json:
         click.echo(_json.dumps({"messages": result.messages, "events": result.events,
                                 "webhook_events": result.webhook_events, "feed_events": result.feed_events,
-                                "deliveries": result.deliveries, "batches": result.batches,
+                                "deliveries": result.deliveries, "media": result.media,
+                                "batches": result.batches,
                                 "seconds": round(result.seconds, 3),
                                 "longest_batch_ms": round(result.longest_batch_seconds * 1000, 1),
                                 "complete": not interrupted}))
@@ -55,7 +60,8 @@ def _prune_summary(result, as_json: bool, *, interrupted: bool) -> None:
         click.echo(f"pruned {result.messages} messages ({result.events} timeline events) and "
                    f"{result.webhook_events} webhook events in {result.batches} batches, {result.seconds:.1f} s "
                    f"(longest batch {result.longest_batch_seconds * 1000:.0f} ms); {result.feed_events} feed events "
-                   f"and {result.deliveries} deliveries past WA_OUTBOX_EVENT_RETENTION_DAYS")
+                   f"and {result.deliveries} deliveries past WA_OUTBOX_EVENT_RETENTION_DAYS; "
+                   f"{result.media} media past WA_OUTBOX_MEDIA_RETENTION_DAYS")
 
 
 class _PruneProgress:

@@ -12,7 +12,10 @@ from ._output import _echo_json, _tsv
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="The result as JSON (one object per sender).")
 _COLUMNS = ["phone_number_id", "alias", "source", "waba_id", "app_id", "portfolio_id", "display_phone_number",
-            "token", "token_fingerprint", "mps", "burst", "paused_until", "pause_reason"]
+            "token", "token_fingerprint", "mps", "burst", "paused_until", "pause_reason",
+            # number health (issue 20): as Meta last reported it
+            "quality_rating", "flagged", "restricted", "restricted_until", "ban_state", "messaging_limit_tier",
+            "throughput_level", "follow_meta_throughput", "health_changed_at"]
 
 
 @click.group()
@@ -24,7 +27,10 @@ def _cells(r) -> list:
     return [r.phone_number_id, cell(r.alias), "environment" if r.from_environment else "registered", cell(r.waba_id),
             cell(r.app_id), cell(r.portfolio_id), cell(r.display_phone_number), cell(r.token_source) or "none",
             cell(r.token_fingerprint), "default" if r.mps is None else cell(r.mps),
-            "default" if r.burst is None else cell(r.burst), cell(r.paused_until), cell(r.pause_reason)]
+            "default" if r.burst is None else cell(r.burst), cell(r.paused_until), cell(r.pause_reason),
+            cell(r.quality_rating), cell(r.flagged), cell(r.restricted), cell(r.restricted_until), cell(r.ban_state),
+            cell(r.messaging_limit_tier), cell(r.throughput_level), cell(r.follow_meta_throughput),
+            cell(r.health_changed_at)]
 
 
 def _show(row, as_json: bool, **extra) -> None:
@@ -45,9 +51,11 @@ def _show(row, as_json: bool, **extra) -> None:
 @click.option("--mps", type=float, help="Its pacing in messages per second (as `ratelimit set --mps`).")
 @click.option("--alias", help="A name messages may give instead of the phone number id.")
 @click.option("--display-phone-number", metavar="N", help="The number as people see it.")
+@click.option("--follow-meta-throughput/--no-follow-meta-throughput", "follow", default=None,
+              help="Whether its pacing follows the throughput Meta grants it (default: as it was; new: off).")
 @_JSON
 def senders_add(phone_number_id, waba_id, app_id, env, ref, from_stdin, portfolio_id, mps, alias,
-                display_phone_number, as_json) -> None:
+                display_phone_number, follow, as_json) -> None:
     """Register a sender with its access token, or update it (options not given keep their values)."""
     from .. import accounts
     token = read_secret("token", env, ref, from_stdin)
@@ -55,7 +63,8 @@ def senders_add(phone_number_id, waba_id, app_id, env, ref, from_stdin, portfoli
         settings = _settings()
         row, created = accounts.add_sender(
             _engine(settings), settings, phone_number_id=phone_number_id, waba_id=waba_id, app_id=app_id,
-            token=token, portfolio_id=portfolio_id, mps=mps, alias=alias, display_phone_number=display_phone_number)
+            token=token, portfolio_id=portfolio_id, mps=mps, alias=alias, display_phone_number=display_phone_number,
+            follow_meta_throughput=follow)
     if not as_json:
         click.echo(f"sender {phone_number_id}: " + ("registered" if created else "updated"))
     _show(row, as_json, created=created)
@@ -118,3 +127,21 @@ def senders_remove(phone_number_id, as_json) -> None:
     else:
         click.echo(f"sender {phone_number_id}: removed"
                    + (f" (and WABA {waba_id}, its last sender)" if waba_id else ""))
+
+
+@senders.command("set")
+@click.argument("phone_number_id")
+@click.option("--follow-meta-throughput/--no-follow-meta-throughput", "follow", required=True,
+              help="Its pacing follows the throughput Meta grants it (a THROUGHPUT_UPGRADE: 1,000/s), or only "
+                   "what `ratelimit set` sets.")
+@_JSON
+def senders_set(phone_number_id, follow, as_json) -> None:
+    """Change a registered sender's settings (no token needed): whether its pacing follows Meta's throughput."""
+    from .. import accounts
+    with refusals():
+        settings = _settings()
+        row = accounts.set_follow_meta(_engine(settings), settings, phone_number_id=phone_number_id, follow=follow)
+    if not as_json:
+        click.echo(f"sender {phone_number_id}: " + ("follows Meta's throughput" if follow else
+                                                    "paced as `ratelimit set` sets, whatever Meta's throughput"))
+    _show(row, as_json)

@@ -99,6 +99,23 @@ from .inbound import (
     record_inbound_messages,
     renew_webhook_leases,
 )
+
+# inbound media (worker/_media.py, GET /v1/media, `wa-outbox media`)
+from .inbound_media import (
+    ClaimedMedia,
+    MediaFinished,
+    MediaRow,
+    MediaStored,
+    PrunedMedia,
+    claim_media,
+    defer_sender_media,
+    finish_media,
+    get_media,
+    media_stored,
+    prune_media_batch,
+    renew_media_lease,
+    rescue_media,
+)
 from .maintenance import (
     PruneCutoffs,
     PrunedEvents,
@@ -115,6 +132,20 @@ from .maintenance import (
     prune_webhooks_probe,
     schema_version,
 )
+
+# --- outbound media (mediaout) ---
+from .media_uploads import (
+    KnownUpload,
+    MediaId,
+    UploadFile,
+    UploadRecorded,
+    media_outbound_insert,
+    media_outbound_stored,
+    media_upload_file,
+    media_upload_lock,
+    media_upload_record,
+    media_uploads_known,
+)
 from .messages import (
     Cancellation,
     DeadMessage,
@@ -129,12 +160,21 @@ from .messages import (
     purge_dead,
     requeue,
 )
+from .number_health import (
+    FollowSet,
+    HealthWritten,
+    NumberHealthMetric,
+    number_health_follow,
+    number_health_metrics,
+    record_number_health,
+)
 from .ops import (
     CampaignOnPage,
     DeadGroup,
     MinuteFlows,
     QueueDepth,
     SearchHit,
+    SenderMinute,
     SenderRow,
     UnregisteredRow,
     WorkerRow,
@@ -143,6 +183,7 @@ from .ops import (
     ops_dead_groups,
     ops_queue_depth,
     ops_search,
+    ops_sender_outcomes,
     ops_senders,
     ops_session_check,
     ops_session_close,
@@ -150,6 +191,20 @@ from .ops import (
     ops_throughput,
     ops_unregistered,
     ops_workers,
+)
+from .portfolios import (
+    CampaignLimitFigures,
+    CapabilityUpdate,
+    Portfolio,
+    PortfolioLimitSet,
+    PortfolioLocked,
+    PortfolioOf,
+    campaign_limit_figures,
+    capability_updates,
+    portfolio_lock,
+    portfolio_of_business_account,
+    portfolios,
+    set_portfolio_limit,
 )
 from .registry import (
     RegisteredBusinessAccount,
@@ -252,6 +307,7 @@ __all__ = [
     "RateLimitSet",
     "SearchHit",
     "SenderResumed",
+    "SenderMinute",
     "SenderRow",
     "Settled",
     "SlotGrant",
@@ -288,6 +344,7 @@ __all__ = [
     "ops_dead_groups",
     "ops_queue_depth",
     "ops_search",
+    "ops_sender_outcomes",
     "ops_senders",
     "ops_session_check",
     "ops_session_close",
@@ -344,4 +401,62 @@ __all__ = [
     "replay_endpoint",
     "rotate_endpoint_secret",
     "set_endpoint_state",
+    # number health (issue 20)
+    "FollowSet",
+    "HealthWritten",
+    "NumberHealthMetric",
+    "number_health_follow",
+    "number_health_metrics",
+    "record_number_health",
+    # outbound media (mediaout)
+    "KnownUpload",
+    "MediaId",
+    "UploadFile",
+    "UploadRecorded",
+    "media_outbound_insert",
+    "media_outbound_stored",
+    "media_upload_file",
+    "media_upload_lock",
+    "media_upload_record",
+    "media_uploads_known",
+    # inbound media
+    "ClaimedMedia",
+    "MediaFinished",
+    "MediaRow",
+    "MediaStored",
+    "claim_media",
+    "defer_sender_media",
+    "finish_media",
+    "get_media",
+    "media_stored",
+    "rescue_media",
+    "PrunedMedia",
+    "prune_media_batch",
+    "renew_media_lease",
+]
+# --- templates (issue 20: the template lifecycle) ---
+from .templates import (
+    ClaimedHeld,
+    TemplateChanged,
+    TemplateDead,
+    TemplateHeld,
+    TemplateMarked,
+    TemplateReleased,
+    TemplateRow,
+    apply_template_changes,
+    hold_claimed_templates,
+    template_dead,
+    template_hold,
+    template_mark,
+    template_release,
+    templates_list,
+)
+
+__all__ += [
+    "ClaimedHeld", "TemplateChanged", "TemplateDead", "TemplateHeld", "TemplateMarked", "TemplateReleased",
+    "TemplateRow", "apply_template_changes", "hold_claimed_templates", "template_dead", "template_hold",
+    "template_mark", "template_release", "templates_list",
+    "Portfolio", "PortfolioLimitSet", "PortfolioLocked", "PortfolioOf", "portfolio_lock",
+    "portfolio_of_business_account", "portfolios", "set_portfolio_limit", "CapabilityUpdate", "capability_updates",
+    "CampaignLimitFigures", "campaign_limit_figures",
 ]

@@ -30,6 +30,12 @@ def _ids(engine: sa.Engine, name: str, params: dict[str, Any]) -> list[int]:
     return [r["id"] for r in db.fetch(engine, name, params)]
 
 
+def _conn_rows(conn: psycopg.Connection[Any], name: str, cls: type[T], params: dict[str, Any] | None = None
+               ) -> list[T]:
+    with conn.cursor(row_factory=class_row(cls)) as cursor:
+        return cursor.execute(db.query(name), params).fetchall()
+
+
 def _conn_one(conn: psycopg.Connection[Any], name: str, cls: type[T], params: dict[str, Any]) -> T:
     with conn.cursor(row_factory=class_row(cls)) as cursor:
         found = cursor.execute(db.query(name), params).fetchone()

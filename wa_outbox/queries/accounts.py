@@ -178,6 +178,22 @@ class AccountSender:
     pause_reason: str | None
     created_at: datetime | None
     updated_at: datetime | None
+    # its health as Meta last reported it (number_health.py; None / false: nothing heard yet)
+    quality_rating: str | None = None           # GREEN, YELLOW, RED, UNKNOWN
+    quality_event: str | None = None            # the last phone_number_quality_update event (FLAGGED, UPGRADE, ...)
+    messaging_limit_tier: str | None = None     # TIER_1K, ...
+    messaging_limit: int | None = None          # the customers in 24 hours the tier names (None: unlimited/unknown)
+    throughput_level: str | None = None         # STANDARD, HIGH
+    throughput_mps: float | None = None         # what that level allows
+    flagged: bool = False
+    restricted: bool = False                    # restrictions recorded, none known to have ended
+    restrictions: list[dict[str, Any]] | None = None
+    restricted_until: datetime | None = None
+    ban_state: str | None = None                # DISABLE, REINSTATE, SCHEDULE_FOR_DISABLE
+    account_event: str | None = None            # the last account_update event
+    violation_type: str | None = None
+    health_changed_at: datetime | None = None
+    follow_meta_throughput: bool = False        # its pacing (mps) follows throughput_mps
 
 
 def accounts_senders(engine: sa.Engine, *, phone_number_id: str | None, environment_sender: str | None,

@@ -61,6 +61,7 @@ class StatusApplied:
     notification_id: int | None
     status: str
     disposition: str  # applied, retry (its send is still being recorded) or unmatched
+    reconciled: bool  # this batch settled its message as sent (states.SENT_EVENTS): count it once per message
 
 
 def apply_statuses(engine: sa.Engine, *, statuses: str) -> list[StatusApplied]:
@@ -68,6 +69,9 @@ def apply_statuses(engine: sa.Engine, *, statuses: str) -> list[StatusApplied]:
     return _rows(engine, "apply_statuses", StatusApplied, {"statuses": statuses})
 
 
-def record_inbound_messages(engine: sa.Engine, *, messages: str) -> None:
-    """`messages`: JSON text of _inbound.contact_of entries."""
-    db.execute(engine, "record_inbound_messages", {"messages": messages})
+def record_inbound_messages(engine: sa.Engine, *, messages: str, id_lifetime: float) -> int:
+    """`messages`: JSON text of _inbound.contact_of entries (with media_policy.media_of's fields for media);
+    `id_lifetime`: seconds a media id stays fetchable (media_policy.ID_LIFETIME_SECONDS). Returns how many media rows
+    it created (to fetch)."""
+    rows = db.fetch(engine, "record_inbound_messages", {"messages": messages, "id_lifetime": id_lifetime})
+    return int(rows[0]["media"]) if rows else 0

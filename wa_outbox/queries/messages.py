@@ -10,6 +10,7 @@ import psycopg
 import sqlalchemy as sa
 
 from .. import db
+from ..states import ERROR_IS_HISTORY
 from ._run import _ids, _one, _rows
 
 # --- messages: enqueue, look-up, cancel ---------------------------------------------------------------------------
@@ -50,6 +51,12 @@ class Notification:
     delivered_at: datetime | None
     read_at: datetime | None
     timeline: list[dict[str, Any]]
+
+    @property
+    def error_is_history(self) -> bool:
+        """Whether `last_error` is an earlier attempt's (the message went through, or was cancelled, after it): shown
+        after the outcome as history, not as the message's last error (states.ERROR_IS_HISTORY)."""
+        return self.last_error is not None and self.status in ERROR_IS_HISTORY
 
 
 def get_notification(engine: sa.Engine, *, id: int) -> Notification | None:

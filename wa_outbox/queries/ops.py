@@ -10,7 +10,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from .. import db
+from ..states import SENT_EVENTS
 from ._run import WORKER_ALIVE_SECONDS, _ids, _rows
+
+# What the ops charts count as sent (states.SENT_EVENTS), for every query that counts it.
+THROUGHPUT_EVENTS = {"sent_events": [str(e) for e in SENT_EVENTS]}
 
 # --- the /ops page ---------------------------------------------------------------------------------------------------
 
@@ -38,7 +42,25 @@ class MinuteFlows:
 
 
 def ops_throughput(engine: sa.Engine) -> list[MinuteFlows]:
-    return _rows(engine, "ops_throughput", MinuteFlows)
+    return _rows(engine, "ops_throughput", MinuteFlows, THROUGHPUT_EVENTS)
+
+
+@dataclass(frozen=True, slots=True)
+class SenderMinute:
+    """One sender's outcomes in one minute of the last hour (ops_sender_outcomes.sql): only minutes with any."""
+    phone_number_id: str
+    alias: str | None
+    display_phone_number: str | None
+    minute: datetime
+    sent: int
+    delivered: int
+    read: int
+    failed: int
+    dead: int
+
+
+def ops_sender_outcomes(engine: sa.Engine, *, since: datetime | None) -> list[SenderMinute]:
+    return _rows(engine, "ops_sender_outcomes", SenderMinute, {"since": since, **THROUGHPUT_EVENTS})
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
-from ._run import _rows
+from ._run import _conn_rows, _rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +22,8 @@ class StoredAppSecret:
     expires_at: datetime | None
 
 
-def registry_app_secrets(engine: sa.Engine) -> list[StoredAppSecret]:
-    return _rows(engine, "registry_app_secrets", StoredAppSecret)
+def registry_app_secrets(conn: psycopg.Connection[Any]) -> list[StoredAppSecret]:
+    return _conn_rows(conn, "registry_app_secrets", StoredAppSecret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +38,8 @@ class RegisteredSender:
     token_updated_at: datetime
 
 
-def registry_senders(engine: sa.Engine) -> list[RegisteredSender]:
-    return _rows(engine, "registry_senders", RegisteredSender)
+def registry_senders(conn: psycopg.Connection[Any]) -> list[RegisteredSender]:
+    return _conn_rows(conn, "registry_senders", RegisteredSender)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +49,8 @@ class RegisteredBusinessAccount:
     portfolio_id: str | None
 
 
-def registry_business_accounts(engine: sa.Engine) -> list[RegisteredBusinessAccount]:
-    return _rows(engine, "registry_business_accounts", RegisteredBusinessAccount)
+def registry_business_accounts(conn: psycopg.Connection[Any]) -> list[RegisteredBusinessAccount]:
+    return _conn_rows(conn, "registry_business_accounts", RegisteredBusinessAccount)
 
 
 @dataclass(frozen=True, slots=True)

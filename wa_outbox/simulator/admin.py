@@ -11,8 +11,18 @@ and never expose it.
                              many numbers and apps: {"apps": {"APP_ID": {"secret": …}}, "numbers": {"PHONE_NUMBER_ID":
                              {"token": … (null: revoked), "app": "APP_ID", "waba": "WABA_ID"}}}, merged by id
     POST /_admin/inbound     {"from", "text" | "message", "phone_number_id"?, "name"?}  -> {"id": wamid}
+                             with a file: {"from", "type", "file": {"base64", "mime_type", "filename"?}, "caption"?}
+                             (or multipart, or raw bytes: simulator/media.py)  -> {"id", "media_id", "sha256"}
+    POST /_admin/number_update {"field": "phone_number_quality_update" | "account_update", "value": {…},
+                             "phone_number_id"?}  -> {"payload": the webhook posted} (quality, tier, throughput,
+                             restrictions of a number: issue 20)
     POST /_admin/reset                                   back to the state at start
-    GET  /_admin/stats                                   {"requests", "accepted", "outcomes", "webhooks"}
+    GET  /_admin/stats                                   {"requests", "accepted", "outcomes", "webhooks", "uploads"}
+    GET  /_admin/templates[?waba=…]                      {"templates": [each with "waba" and "sends" accepted]}
+    POST /_admin/templates   {"name", "language", "waba"?, "status"?, "reason"?, "category"?, "quality"?,
+                              "correct_category"?, "category_update_timestamp"?, "components"?, "after_sends"?}
+                             creates or changes a template (PAUSED: sends draw 132015, DISABLED: 132016) and posts
+                             Meta's webhook of the change; "after_sends": N makes the change after N more sends
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from . import media
 from .core import Simulator
 
 PREFIX = "/_admin/"
@@ -68,12 +79,27 @@ def _put_config(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
 
 
 def _inbound(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
+    if isinstance(data, dict) and "file" in data:  # a message carrying media
+        return media.admin_inbound(simulator, data)
     if not isinstance(data, dict) or set(data) - _INBOUND_KEYS:
         raise ValueError(f"the body must be a JSON object with keys among {', '.join(sorted(_INBOUND_KEYS))}")
     wamid = simulator.inbound(str(data.get("from") or ""), data.get("text"),
                               phone_number_id=data.get("phone_number_id"), name=data.get("name"),
                               message=data.get("message"))
     return {"id": wamid}
+
+
+_NUMBER_UPDATE_KEYS = {"field", "value", "phone_number_id"}
+
+
+def _number_update(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
+    if not isinstance(data, dict) or set(data) - _NUMBER_UPDATE_KEYS or "field" not in data:
+        raise ValueError(f"the body must be a JSON object with keys among {', '.join(sorted(_NUMBER_UPDATE_KEYS))}"
+                         " (field required)")
+    number = data.get("phone_number_id")
+    if number is not None and (not isinstance(number, str) or not number.isdigit()):
+        raise ValueError("phone_number_id must be a string of digits")
+    return {"payload": simulator.number_update(str(data["field"]), data.get("value", {}), phone_number_id=number)}
 
 
 def _reset(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
@@ -85,6 +111,14 @@ def _stats(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
     return simulator.stats()
 
 
+def _get_templates(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
+    return {"templates": simulator.templates.templates(query.get("waba"))}
+
+
+def _post_templates(simulator: Simulator, query: dict[str, str], data: Any) -> Any:
+    return simulator.change_template(data)
+
+
 _ROUTES: dict[tuple[str, str], Callable[[Simulator, dict[str, str], Any], Any]] = {
     ("GET", "messages"): _messages,
     ("GET", "faults"): _get_faults,
@@ -94,5 +128,8 @@ _ROUTES: dict[tuple[str, str], Callable[[Simulator, dict[str, str], Any], Any]] 
     ("POST", "config"): _put_config,
     ("POST", "inbound"): _inbound,
     ("POST", "reset"): _reset,
+    ("POST", "number_update"): _number_update,
     ("GET", "stats"): _stats,
+    ("GET", "templates"): _get_templates,
+    ("POST", "templates"): _post_templates,
 }

@@ -65,6 +65,12 @@ class SimulatorConfig:
     # number or app given replaces that one, null removes it, the others stay.
     apps: Mapping[str, App] = field(default_factory=dict)
     numbers: Mapping[str, Number] = field(default_factory=dict)
+    # Media (simulator/media.py): a download URL from GET /{media-id} works this long (Meta: about 5 minutes).
+    media_url_ttl_s: float = 300.0
+    # The business portfolio's messaging limit over all its numbers (limits.py MessagingLimit; None: unlimited):
+    # unique customers reached with templates outside a service window per moving messaging_limit_window_s.
+    messaging_limit: int | None = None
+    messaging_limit_window_s: float = 86400.0
 
     def updated(self, changes: dict[str, Any]) -> SimulatorConfig:
         """A copy with `changes` (JSON-style values) applied; ValueError names the first bad key or value."""
@@ -177,6 +183,18 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ValueError("validate must be true or false")
         return value
+    if name == "media_url_ttl_s":
+        if not _is_number(value) or value < 0:
+            raise ValueError("media_url_ttl_s must be a non-negative number of seconds")
+        return float(value)
+    if name == "messaging_limit":
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError("messaging_limit must be a whole number >= 0 or null (unlimited)")
+        return value
+    if name == "messaging_limit_window_s":
+        if not _is_number(value) or value <= 0:
+            raise ValueError("messaging_limit_window_s must be a positive number")
+        return float(value)
     raise AssertionError(name)  # every field is handled above
 
 

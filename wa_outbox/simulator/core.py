@@ -27,8 +27,11 @@ from ..meta_validation import InvalidRequest, RequestChecker
 from . import errors
 from .config import SimulatorConfig
 from .faults import FaultRule, FaultSet
-from .limits import ThroughputLimits
-from .webhooks import WebhookDispatcher, envelope, inbound_message, plan_statuses
+from .limits import OVER_MESSAGING_LIMIT_CODE, MessagingLimit, ThroughputLimits
+from .media import MediaLibrary
+from .templates import TemplateBook, cursor, offset
+from .uploads import UploadRefused, UploadRegistry
+from .webhooks import WebhookDispatcher, envelope, inbound_message, number_update, plan_statuses
 
 JSON = "application/json; charset=UTF-8"
 _NON_DIGITS = re.compile(r"[^0-9]")
@@ -70,11 +73,15 @@ class Simulator:
         self._checker = RequestChecker()
         self._faults = FaultSet(list(faults), self._rng)
         self._limits = ThroughputLimits()
+        self._messaging_limit = MessagingLimit()
         self._lock = threading.Lock()
         self._messages: list[dict[str, Any]] = []
         self._requests = 0
         self._outcomes: Counter[str] = Counter()
+        self.uploads = UploadRegistry()  # POST /{phone-number-id}/media (uploads.py)
         self.webhooks = WebhookDispatcher(app_secret, lambda: self._config, self._rng)
+        self.media = MediaLibrary()  # inbound messages' files (simulator/media.py)
+        self.templates = TemplateBook()  # templates a test paused, approved or disabled (simulator/templates.py)
 
     # --- the send endpoint ------------------------------------------------------------------------------------------
 
@@ -107,6 +114,17 @@ class Simulator:
             details = str(exc) if isinstance(exc, InvalidRequest) else "The request body is not valid JSON."
             return self._refuse("invalid_request", 400, errors.graph_error(
                 100, message="(#100) Invalid parameter", details=details))
+        unusable = self.uploads.refusal(phone_number_id, body) if parsed.kind == "message" else None
+        if unusable is not None:  # an id the simulator issued, but not to this number (uploads.py)
+            return self._refuse("invalid_media_id", 400, errors.graph_error(
+                100, message="(#100) Invalid parameter", details=unusable))
+
+        template = _template_key(config, phone_number_id, body) if parsed.type == "template" else None
+        if template is not None:  # a paused or disabled template is refused before anything else of the send
+            code = self.templates.refusal(*template)
+            if code is not None:
+                self._count(f"error_{code}")
+                return _graph_reply(code)
 
         decision = self._faults.pick(phone_number_id, parsed.to, parsed.wa_id)
         rule = decision.rule
@@ -127,12 +145,19 @@ class Simulator:
         with self._lock:
             limited = self._limits.admit(arrived_monotonic, phone_number_id, parsed.wa_id, config.mps,
                                          config.pair_limit)
+            within = limited is not None or self._messaging_limit.admit(
+                received_at, phone_number_id, parsed.wa_id, parsed.type == "template", config.messaging_limit,
+                config.messaging_limit_window_s)
+            if not within:  # over the portfolio's messaging limit: accepted, then failed (limits.py)
+                failed_code = OVER_MESSAGING_LIMIT_CODE
+                self._outcomes["over_messaging_limit"] += 1
             if limited is None:
                 message = {
                     "wamid": new_wamid(parsed.wa_id), "phone_number_id": phone_number_id, "to": parsed.to,
                     "wa_id": parsed.wa_id, "type": parsed.type, "body": body,
                     "biz_opaque_callback_data": parsed.biz_opaque_callback_data, "received_at": received_at,
                     "request_index": request_index, "fault": rule.mode if rule is not None else None,
+                    "over_messaging_limit": not within,
                 }
                 self._messages.append(message)
                 self._outcomes["lost_response" if dropped else "accepted"] += 1
@@ -143,12 +168,30 @@ class Simulator:
 
         if config.webhook_url:
             self.webhooks.schedule_statuses(phone_number_id, plan_statuses(message, config, self._rng, failed_code))
+        if template is not None:  # a change set to happen after so many sends (POST /_admin/templates after_sends)
+            self.post_template_webhooks(template[0], self.templates.accepted(*template),
+                                        self.templates.webhook_delay(*template))
         sent: dict[str, Any] = {"id": message["wamid"]}
         if parsed.type == "template":
             sent["message_status"] = "accepted"
         answer = {"messaging_product": "whatsapp", "contacts": [{"input": parsed.to, "wa_id": parsed.wa_id}],
                   "messages": [sent]}
         return Reply(200, _dumps(answer), delay_s=decision.delay_s, drop=dropped)
+
+    # --- for the media endpoints (simulator/media.py) ----------------------------------------------------------------
+
+    def authorized_for(self, phone_number_id: str, authorization: str | None) -> bool:
+        """Whether `authorization` is the number's token (or, for a number of no account of its own, the
+        simulator's)."""
+        number = self._config.number(phone_number_id)
+        if number is None:
+            return authorization is not None and hmac.compare_digest(authorization.encode(), self._authorization)
+        return _bearer_is(authorization, number.token)
+
+    def media_fault(self, phone_number_id: str, route: str) -> tuple[FaultRule | None, Reply | None, float]:
+        """The fault rule a media request draws, the refusal it answers with (None: none), and its latency."""
+        decision = self._faults.pick(phone_number_id, None, None, route=route)
+        return decision.rule, self._injected_refusal(decision.rule), decision.delay_s
 
     def _known_token(self, authorization: str | None, config: SimulatorConfig) -> bool:
         """Whether `authorization` carries a token valid for some number (the simulator's own, or a number's)."""
@@ -227,12 +270,72 @@ class Simulator:
         value = {"contacts": [{"profile": {"name": name or f"User {wa_id[-4:]}"}, "wa_id": wa_id}],
                  "messages": [inbound_message(wa_id, wamid, time.time(), text=text, message=message)]}
         number_id = phone_number_id or config.phone_number_id
+        with self._lock:  # their service window opens (the messaging limit does not count replies in it)
+            self._messaging_limit.wrote(time.time(), number_id, wa_id)
         self.webhooks.schedule_payload(envelope(config, number_id, value), number_id)
         return wamid
+
+    def number_update(self, field: str, value: dict[str, Any], *, phone_number_id: str | None = None) -> dict:
+        """Post a `phone_number_quality_update` or `account_update` webhook about a number (issue 20: quality,
+        messaging tier, throughput, restrictions), signed as its other webhooks are; returns the payload posted."""
+        config = self._config
+        if not config.webhook_url:
+            raise ValueError("no webhook_url configured")
+        if not isinstance(value, dict):
+            raise ValueError("value must be a JSON object (the change's value: event, current_limit, ...)")
+        number_id = phone_number_id or config.phone_number_id
+        payload = number_update(config, number_id, field, value, time.time())
+        self.webhooks.schedule_payload(payload, number_id)
+        return payload
+
+    def change_template(self, data: Any) -> dict[str, Any]:
+        """POST /_admin/templates: create, pause, approve, disable … a template, and post Meta's webhooks of it."""
+        listed, posts = self.templates.change(data, self._config.waba_id)
+        waba = data.get("waba") or self._config.waba_id
+        self.post_template_webhooks(waba, posts, self.templates.webhook_delay(waba, data["name"], data["language"]))
+        return {**listed, "webhooks": len(posts)}
+
+    def list_templates(self, waba: str, authorization: str | None, params: dict[str, str], base: str) -> Reply:
+        """GET /{version}/{waba-id}/message_templates: the WABA's templates, `limit` a page (default 25), cursor
+        paging (`after`, and `paging.next` while there is more), as the Graph API pages a list. The token: the
+        simulator's, or one of a number of that WABA."""
+        config = self._config
+        tokens = [n.token for n in config.numbers.values() if (n.waba or config.waba_id) == waba]
+        if not (authorization is not None and hmac.compare_digest(authorization.encode(), self._authorization)
+                or any(_bearer_is(authorization, t) for t in tokens)):
+            body = errors.graph_error(190, message="Invalid OAuth access token - Cannot parse access token")
+            del body["error"]["error_data"]
+            return self._refuse("unauthorized", 401, body)
+        try:
+            limit = int(params.get("limit") or 25)
+            if not 1 <= limit <= 1000:
+                raise ValueError(limit)
+            page, after = self.templates.page(waba, limit, params.get("after"))
+        except ValueError:
+            return self._refuse("invalid_request", 400, errors.graph_error(
+                100, message="(#100) Invalid parameter", details="limit must be 1 to 1000, after a cursor it gave"))
+        answer: dict[str, Any] = {"data": page}
+        if page:
+            first = cursor(offset(params.get("after")))
+            answer["paging"] = {"cursors": {"before": first, "after": after or first}}
+            if after is not None:
+                answer["paging"]["next"] = f"{base}?limit={limit}&after={after}"
+        self._count("templates_listed")
+        return Reply(200, _dumps(answer))
+
+    def post_template_webhooks(self, waba: str, posts: list[dict[str, Any]], delay_s: float = 0.0) -> None:
+        """Template webhooks go to the app's own callback URL (never a number's override), signed with the secret of
+        the app of the WABA's numbers."""
+        if not posts or not self._config.webhook_url:
+            return
+        number_id = next((n for n, number in self._config.numbers.items() if number.waba == waba), "")
+        for payload in posts:
+            self.webhooks.schedule_payload(payload, number_id, delay_s)
 
     def reset(self) -> None:
         """Back to the state at construction: no messages, no counts, the initial configuration and faults."""
         config, faults = self._initial
+        self.templates.clear()
         self._faults.replace(faults)
         self._config = config
         self.webhooks.clear()
@@ -241,12 +344,75 @@ class Simulator:
             self._requests = 0
             self._outcomes.clear()
             self._limits.clear()
+            self._messaging_limit.clear()
+        self.uploads.clear()
+        self.media.clear()
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             stats = {"requests": self._requests, "accepted": len(self._messages), "outcomes": dict(self._outcomes)}
+            stats["messaging_limit"] = {"limit": self._config.messaging_limit,
+                                        "counted": self._messaging_limit.counted(),
+                                        "over": self._messaging_limit.over}
         stats["webhooks"] = self.webhooks.stats()
+        stats["uploads"] = self.uploads.stats()
+        stats["media"] = self.media.stats()
         return stats
+
+    # --- media uploads (mediaout): POST /{phone-number-id}/media ---------------------------------------------------
+
+    def handle_upload(self, phone_number_id: str, authorization: str | None, content_type: str | None,
+                      raw_body: bytes) -> Reply:
+        """Answer an upload as Meta would: the number's token, then the faults a rule for
+        uploads injects (`"match": {"route": "upload"}`), then the multipart body, then `{"id": ...}`."""
+        with self._lock:
+            self._requests += 1
+        refused = self._unauthorized(phone_number_id, authorization)
+        if refused is not None:
+            return refused
+        decision = self._faults.pick(phone_number_id, None, None, route="upload")
+        injected = self._injected_refusal(decision.rule)
+        if injected is not None:  # a fault refuses it: nothing is issued
+            return _delayed(injected, decision.delay_s)
+        try:
+            upload = self.uploads.accept(phone_number_id, content_type, raw_body)
+        except UploadRefused as exc:
+            return self._refuse("upload_refused", 400, errors.graph_error(exc.code, details=exc.details))
+        dropped = decision.rule is not None and decision.rule.mode == "lost_response"
+        self._count("upload_lost_response" if dropped else "uploaded")
+        return Reply(200, _dumps({"id": upload.id}), delay_s=decision.delay_s, drop=dropped)
+
+    def _unauthorized(self, phone_number_id: str, authorization: str | None) -> Reply | None:
+        """handle_send's token check, for the other endpoints of a number: None when `authorization` may act."""
+        config = self._config
+        number = config.number(phone_number_id)
+        if number is None:
+            authorized = authorization is not None and hmac.compare_digest(authorization.encode(), self._authorization)
+        else:
+            authorized = _bearer_is(authorization, number.token)
+            if not authorized and self._known_token(authorization, config):
+                return self._refuse("no_access", 400, _no_access(phone_number_id))
+        if authorized:
+            return None
+        reason = ("Invalid OAuth access token - Cannot parse access token" if authorization
+                  else "An active access token must be used to query information about the current user.")
+        body = errors.graph_error(190, message=reason)
+        del body["error"]["error_data"]
+        return self._refuse("unauthorized", 401, body,
+                            (("WWW-Authenticate", f'OAuth "Facebook Platform" "invalid_token" "{reason}"'),))
+
+
+def _template_key(config: SimulatorConfig, phone_number_id: str, body: Any) -> tuple[str, str, str] | None:
+    """A template send's (WABA of the number, template name, language code)."""
+    template = body.get("template") if isinstance(body, dict) else None
+    if not isinstance(template, dict):
+        return None
+    language = template.get("language")
+    code = language.get("code") if isinstance(language, dict) else language
+    number = config.number(phone_number_id)
+    waba = (number.waba if number else None) or config.waba_id
+    name = template.get("name")
+    return (waba, name, code) if isinstance(name, str) and isinstance(code, str) else None
 
 
 def _bearer_is(authorization: str | None, token: str | None) -> bool:

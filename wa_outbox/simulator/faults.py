@@ -20,6 +20,14 @@ A rule is JSON (the same shape at construction, in `PUT /_admin/faults` and on t
   - `lost_response`: accept and record the message and send its status webhooks, but reset the connection instead
     of answering.
   - `failed_status`: accept (200), then send a `failed` status webhook with error `code` (default 131026).
+- Media (simulator/media.py): `match.route` picks the endpoint a rule applies to: `send` (the default: every rule
+  above), `media_lookup` (`GET /{media-id}`) or `media_download` (the URL it answers). `latency`, `http_error`,
+  `error` and `timeout` work on both media routes; two modes are the lookup's own:
+  - `expired_url`: the lookup answers a URL that has already expired (its download is refused: look up again);
+  - `wrong_sha256`: the lookup declares a sha256 that is not the file's;
+  and the download's own `slow_body`: `ms` between each megabyte of the body (a slow network).
+- `match.route: "upload"`: a rule about media uploads (`POST /{phone-number-id}/media`: latency,
+  http_error, error, timeout, lost_response); a rule without a route is about sends and never hits an upload.
 Rules are tried in order: every matching latency rule applies, and the first other matching rule decides.
 """
 
@@ -40,8 +48,13 @@ MODES: dict[str, dict[str, Any]] = {
     "timeout": {"ms": 30000},
     "lost_response": {},
     "failed_status": {"code": 131026},
+    # media (simulator/media.py)
+    "expired_url": {},
+    "wrong_sha256": {},
+    "slow_body": {"ms": 1000},
 }
 _COMMON = {"mode", "match", "rate", "count"}
+ROUTES = ("send", "upload", "media_lookup", "media_download")  # match.route; media.py answers the media ones
 
 
 @dataclass
@@ -53,6 +66,7 @@ class FaultRule:
     rate: float = 1.0
     remaining: int | None = None  # None: unlimited
     spec: dict[str, Any] = field(default_factory=dict)  # the rule as given, for listing
+    route: str = "send"  # match.route: which endpoint the rule applies to (ROUTES)
 
     @classmethod
     def from_dict(cls, rule: dict[str, Any]) -> FaultRule:
@@ -73,8 +87,19 @@ class FaultRule:
             params[name] = _check_param(mode, name, value)
 
         match = rule.get("match") or {}
-        if not isinstance(match, dict) or set(match) - {"to", "phone_number_id"}:
-            raise ValueError('match must be an object with "to" (regex) and/or "phone_number_id"')
+        if not isinstance(match, dict) or set(match) - {"to", "phone_number_id", "route"}:
+            raise ValueError('match must be an object with "to" (regex), "phone_number_id" and/or "route"')
+        route = match.get("route", "send")
+        if route not in ROUTES:
+            raise ValueError(f"match.route must be one of {', '.join(ROUTES)}, got {route!r}")
+        if mode in ("expired_url", "wrong_sha256") and route != "media_lookup":
+            raise ValueError(f'a {mode} rule applies to the media lookup: give "match": {{"route": "media_lookup"}}')
+        if mode == "slow_body" and route != "media_download":
+            raise ValueError('a slow_body rule applies to the media download: give "match": '
+                             '{"route": "media_download"}')
+        if (route in ("media_lookup", "media_download") and mode in ("lost_response", "failed_status")
+                or route == "upload" and mode == "failed_status"):
+            raise ValueError(f"a {mode} rule does not apply to route {route}")
         try:
             to = re.compile(match["to"]) if match.get("to") else None
         except (re.error, TypeError) as exc:
@@ -89,10 +114,10 @@ class FaultRule:
         count = rule.get("count")
         if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
             raise ValueError("count must be a non-negative integer")
-        return cls(mode, params, to, phone_number_id, float(rate), count, dict(rule))
+        return cls(mode, params, to, phone_number_id, float(rate), count, dict(rule), route)
 
-    def matches(self, phone_number_id: str, to: str | None, wa_id: str | None) -> bool:
-        if self.remaining == 0:
+    def matches(self, phone_number_id: str, to: str | None, wa_id: str | None, route: str = "send") -> bool:
+        if self.remaining == 0 or self.route != route:
             return False
         if self.phone_number_id is not None and self.phone_number_id != phone_number_id:
             return False
@@ -130,7 +155,7 @@ class FaultSet:
         with self._lock:
             return [rule.to_dict() for rule in self._rules]
 
-    def pick(self, phone_number_id: str, to: str | None, wa_id: str | None) -> FaultDecision:
+    def pick(self, phone_number_id: str, to: str | None, wa_id: str | None, route: str = "send") -> FaultDecision:
         if not self._rules:
             return _NO_FAULT
         delay_ms = 0.0
@@ -139,7 +164,7 @@ class FaultSet:
             for rule in self._rules:
                 if rule.mode != "latency" and decided is not None:
                     continue
-                if not rule.matches(phone_number_id, to, wa_id) or self._rng.random() >= rule.rate:
+                if not rule.matches(phone_number_id, to, wa_id, route) or self._rng.random() >= rule.rate:
                     continue
                 if rule.remaining is not None:
                     rule.remaining -= 1

@@ -64,3 +64,50 @@ def _fits(times: list[float], now: float, width: float, limit: float) -> bool:
         if t >= now and end + 1 - start > limit:
             return False
     return True
+
+
+# Meta documents no error for sends over a portfolio's messaging limit
+# (https://developers.facebook.com/docs/whatsapp/messaging-limits); what is reported is that such a template is
+# accepted (a wamid) and later reaches a `failed` status (https://github.com/green-api/issues/issues/873: "the failed
+# status may be received if ... sending limits have been reached"), the error Meta's status then carries being the
+# generic 131026 "Message Undeliverable". The simulator answers so: accepted, then failed with 131026.
+OVER_MESSAGING_LIMIT_CODE = 131026
+
+
+class MessagingLimit:
+    """A business portfolio's messaging limit over every number of the simulator: unique customers reached with
+    templates outside a customer-service window (no message from them to that number in the window) in a moving
+    `window_s`. Not thread-safe on its own; the simulator calls it under its state lock."""
+
+    def __init__(self) -> None:
+        self._inbound: dict[tuple[str, str], float] = {}   # (number, customer) -> their last message to it
+        self._counted: dict[str, float] = {}               # customer -> when they were counted
+        self.over = 0
+
+    def wrote(self, now: float, phone_number_id: str, wa_id: str) -> None:
+        self._inbound[(phone_number_id, wa_id)] = now
+
+    def admit(self, now: float, phone_number_id: str, wa_id: str, is_template: bool, limit: int | None,
+              window_s: float) -> bool:
+        """Count the send at `now`; False when it goes over the limit (it is not counted then)."""
+        if limit is None or not is_template:
+            return True
+        if now - self._inbound.get((phone_number_id, wa_id), float("-inf")) < window_s:
+            return True  # a service window is open
+        for customer in [c for c, t in self._counted.items() if now - t >= window_s]:
+            del self._counted[customer]
+        if wa_id in self._counted:
+            return True
+        if len(self._counted) >= limit:
+            self.over += 1
+            return False
+        self._counted[wa_id] = now
+        return True
+
+    def counted(self) -> int:
+        return len(self._counted)
+
+    def clear(self) -> None:
+        self._inbound.clear()
+        self._counted.clear()
+        self.over = 0

@@ -18,21 +18,25 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from . import admin
+from . import admin, media
 from .config import SimulatorConfig
 from .core import Reply, Simulator
 from .errors import fbtrace_id
+from .uploads import MAX_UPLOAD_BODY
 
 log = logging.getLogger(__name__)
 
 SEND_PATH = re.compile(r"^/(v\d+\.\d+)/([^/]+)/messages/?$")
+MEDIA_PATH = re.compile(r"^/(v\d+\.\d+)/([0-9]{1,32})/?$")  # GET /{version}/{media-id} (simulator/media.py)
+TEMPLATES_PATH = re.compile(r"^/(v\d+\.\d+)/([0-9]+)/message_templates/?$")  # GET /{waba-id}/message_templates
 MAX_BODY_BYTES = 4 * 1024 * 1024
+UPLOAD_PATH = re.compile(r"^/(v\d+\.\d+)/([^/]+)/media/?$")  # media uploads (mediaout): bodies up to MAX_UPLOAD_BODY
 
 
 class SimulatorServer:
@@ -84,6 +88,7 @@ class SimulatorServer:
         if self._thread is not None:
             self._thread.join()
         self.simulator.webhooks.stop()
+        self.simulator.media.close()
 
     def __enter__(self) -> SimulatorServer:
         return self.start()
@@ -130,6 +135,19 @@ class SimulatorServer:
 
     def inbound(self, from_: str, text: str | None = None, **kwargs: Any) -> str:
         return self.simulator.inbound(from_, text, **kwargs)
+
+    def number_update(self, field: str, value: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.simulator.number_update(field, value, **kwargs)
+    def inbound_media(self, from_: str, kind: str, data: bytes | Iterable[bytes], *, mime_type: str,
+                      **kwargs: Any) -> dict:
+        """An inbound message carrying a file (`data`: bytes, or an iterable of byte chunks): {"id": wamid,
+        "media_id", "sha256" (hex)}. kwargs: filename, caption, phone_number_id, name, voice."""
+        chunks: Iterable[bytes] = [data] if isinstance(data, bytes) else data
+        return media.inbound_media(self.simulator, from_, kind, chunks, mime_type=mime_type, **kwargs)
+
+    def media_stats(self) -> dict[str, Any]:
+        """{"files", "lookups": {media id: n}, "downloads": {media id: n answered in full}}."""
+        return self.simulator.media.stats()
 
     def reset(self) -> None:
         self.simulator.reset()
@@ -233,10 +251,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("PUT")
 
     def _dispatch(self, method: str) -> None:
+        path, _, query = self.path.partition("?")
+        if self._media(method, path, query):
+            return
         body = self._read_body()
         if body is None:
             return
-        path, _, query = self.path.partition("?")
         simulator = self.server.simulator
         if path.startswith(admin.PREFIX):
             params = {key: values[0] for key, values in parse_qs(query).items()}
@@ -244,8 +264,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(Reply(status, json.dumps(answer).encode()))
             return
         match = SEND_PATH.match(path)
+        upload = UPLOAD_PATH.match(path)
+        listing = TEMPLATES_PATH.match(path) if method == "GET" else None
         if method == "POST" and match:
             reply = simulator.handle_send(match[2], self.headers.get("authorization"), body, self.arrived)
+        elif method == "POST" and upload:  # media uploads (mediaout)
+            reply = simulator.handle_upload(upload[2], self.headers.get("authorization"),
+                                            self.headers.get("content-type"), body)
+        elif listing:
+            params = {key: values[0] for key, values in parse_qs(query).items()}
+            base = f"http://{self.headers.get('host') or '127.0.0.1'}/{listing[1]}/{listing[2]}/message_templates"
+            reply = simulator.list_templates(listing[2], self.headers.get("authorization"), params, base)
         else:
             reply = _unsupported(method, path)
         if reply.delay_s and self.server.stopping.wait(reply.delay_s):
@@ -255,16 +284,94 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._write(reply)
 
-    def _read_body(self) -> bytes | None:
+    # --- media (simulator/media.py) ---------------------------------------------------------------------------------
+
+    def _media(self, method: str, path: str, query: str) -> bool:
+        """Answer a media request (the lookup, the download, an inbound message with a file); False: not one."""
+        simulator = self.server.simulator
+        if method == "GET" and path.startswith(media.DOWNLOAD_PREFIX):
+            if self._read_body() is None:
+                return True
+            found = media.download(simulator, path[len(media.DOWNLOAD_PREFIX):], self.headers.get("authorization"))
+            if isinstance(found, Reply):
+                self._answer(found)
+            else:
+                self._stream(found)
+            return True
+        match = MEDIA_PATH.match(path)
+        if method == "GET" and match:
+            if self._read_body() is None:
+                return True
+            host = self.headers.get("host") or f"{self.server.server_name}:{self.server.server_port}"
+            self._answer(media.lookup(simulator, match[2], self.headers.get("authorization"), f"http://{host}"))
+            return True
+        kind = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        if method == "POST" and path.rstrip("/") == "/_admin/inbound" and kind in ("multipart/form-data",
+                                                                                     "application/octet-stream"):
+            body = self._read_body(media.MAX_UPLOAD_BYTES, stream=kind == "application/octet-stream")
+            if body is None:
+                return True
+            params = {key: values[0] for key, values in parse_qs(query).items()}
+            try:
+                if kind == "multipart/form-data":
+                    assert isinstance(body, bytes)
+                    fields, data, mime_type, filename = media.parse_multipart(self.headers["content-type"], body)
+                    fields = {**params, **fields}
+                    fields.setdefault("mime_type", mime_type)
+                    if filename:
+                        fields.setdefault("filename", filename)
+                    answer = media.admin_inbound(simulator, fields, [data])
+                else:
+                    answer = media.admin_inbound(simulator, params, body)
+                self._write(Reply(200, json.dumps(answer).encode()))
+            except ValueError as exc:
+                self._write(Reply(400, json.dumps({"error": str(exc)}).encode()))
+            return True
+        return False
+
+    def _answer(self, reply: Reply) -> None:
+        if reply.delay_s and self.server.stopping.wait(reply.delay_s):
+            reply = Reply(0, drop=True)
+        if reply.drop:
+            self._reset()
+        else:
+            self._write(reply)
+
+    def _stream(self, found: media.Download) -> None:
+        head = ["HTTP/1.1 200 OK", f"Content-Type: {found.mime_type}", f"Content-Length: {found.size}"]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        with open(found.path, "rb") as source:
+            while chunk := source.read(media.CHUNK):
+                self.wfile.write(chunk)
+                if found.pause_s and self.server.stopping.wait(found.pause_s):
+                    return
+
+    def _read_body(self, limit: int = MAX_BODY_BYTES, stream: bool = False) -> Any:
+        """The request's body (bytes); with `stream`, an iterator of its chunks read as they are consumed."""
         try:
             length = int(self.headers.get("content-length") or 0)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
+        if limit == MAX_BODY_BYTES and UPLOAD_PATH.match(self.path.partition("?")[0]):
+            limit = MAX_UPLOAD_BODY  # media uploads (mediaout): bodies up to MAX_UPLOAD_BODY
+        if stream and 0 <= length <= limit:
+            return self._chunks(length)
+        if not 0 <= length <= limit:
             self.close_connection = True
             self._write(Reply(413 if length > 0 else 400, b'{"error":"bad Content-Length"}'))
             return None
         return self.rfile.read(length) if length else b""
+
+    def _chunks(self, length: int) -> Any:
+        left = length
+        while left > 0:
+            chunk = self.rfile.read(min(left, media.CHUNK))
+            if not chunk:
+                raise ValueError("the body ended early")
+            left -= len(chunk)
+            yield chunk
 
     def _write(self, reply: Reply) -> None:
         try:

@@ -60,6 +60,28 @@ def envelope(config: SimulatorConfig, phone_number_id: str, value: dict[str, Any
         {"value": {"messaging_product": "whatsapp", "metadata": metadata, **value}, "field": "messages"}]}]}
 
 
+# Number health (issue 20): the change fields the simulator posts for a number, as Meta shapes them
+# (https://developers.facebook.com/documentation/business-messaging/whatsapp/webhooks/reference/phone_number_quality_update,
+# .../webhooks/reference/account_update).
+NUMBER_UPDATE_FIELDS = ("phone_number_quality_update", "account_update")
+
+
+def number_update(config: SimulatorConfig, phone_number_id: str, field: str, value: dict[str, Any],
+                  at: float) -> dict[str, Any]:
+    """One `field` change about `phone_number_id`'s number (its WABA in entry[].id, sent at unix time `at`): a
+    quality update names the number by its display number, as Meta's does; `value` is the rest (event, limits,
+    restriction_info, ...), as given."""
+    if field not in NUMBER_UPDATE_FIELDS:
+        raise ValueError(f"field must be one of {', '.join(NUMBER_UPDATE_FIELDS)}")
+    number = config.number(phone_number_id)
+    waba_id = (number.waba if number else None) or config.waba_id
+    if field == "phone_number_quality_update":
+        display = (number.display_phone_number if number else None) or config.display_phone_number
+        value = {"display_phone_number": display, **value}
+    return {"object": "whatsapp_business_account",
+            "entry": [{"id": waba_id, "time": int(at), "changes": [{"value": value, "field": field}]}]}
+
+
 def status_update(message: dict[str, Any], status: str, at: float, error_code: int | None = None) -> dict[str, Any]:
     """One entry of `value.statuses[]` for a recorded message, as Meta sends it at unix time `at`."""
     update: dict[str, Any] = {"id": message["wamid"], "status": status, "timestamp": str(int(at)),
@@ -166,9 +188,9 @@ class WebhookDispatcher:
             self._pending += len(chain) - 1  # the whole chain is pending from now on
             self._push(*chain[0])
 
-    def schedule_payload(self, payload: dict[str, Any], phone_number_id: str = "") -> None:
-        """Post `payload` as it is, signed by the secret of `phone_number_id`'s app."""
-        self._push(time.monotonic(), _Delivery(phone_number_id, None, encode(payload)))
+    def schedule_payload(self, payload: dict[str, Any], phone_number_id: str = "", delay_s: float = 0.0) -> None:
+        """Post `payload` as it is, signed by the secret of `phone_number_id`'s app, `delay_s` from now."""
+        self._push(time.monotonic() + delay_s, _Delivery(phone_number_id, None, encode(payload)))
 
     def clear(self) -> None:
         """Forget every pending delivery (a POST already on the wire still completes, unrecorded)."""

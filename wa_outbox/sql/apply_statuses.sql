@@ -9,7 +9,8 @@
 -- statement; if anything else does, the worker bisects the batch to find the one event that fails.
 -- Applying an event again (its worker died after this committed, before the event was marked done) changes nothing:
 -- statuses only move forward, and the timeline already holds that event's entry (by webhook_event_id).
--- Returns each input event's disposition: applied, retry, or unmatched (not a message this outbox sent).
+-- Returns each input event's disposition: applied, retry, or unmatched (not a message this outbox sent), and whether
+-- it settled its message as sent (`reconciled`: every event of that message in the batch says so).
 WITH s AS (
     SELECT * FROM jsonb_to_recordset(%(statuses)s::jsonb)
         AS s(event_id bigint, wamid text, status text, notification_id bigint, errors jsonb, ts bigint)
@@ -79,6 +80,7 @@ WITH s AS (
            l.correlation_id
     FROM locked l JOIN target t ON t.nid = l.id
     WHERE l.status IN ('unknown', 'queued', 'dead', 'cancelled')
+    RETURNING notification_id
 ), timeline AS (  -- Meta's `sent` repeats what the send already recorded; `reconciled` covers the other case
     INSERT INTO wa_outbox.notification_events (notification_id, event, attempt, detail, correlation_id)
     SELECT l.id, CASE WHEN m.rank > 0 THEN m.status ELSE 'unrecognized_status' END, l.attempts,
@@ -93,5 +95,7 @@ WITH s AS (
     ORDER BY m.event_id  -- in the order the webhooks arrived
 )
 SELECT m.event_id, m.nid AS notification_id, m.status,
-       CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END AS disposition
+       CASE WHEN m.nid IS NULL THEN 'unmatched' WHEN l.status = 'sending' THEN 'retry' ELSE 'applied' END AS disposition,
+       -- its message was settled as sent by this statement (a `reconciled` written): the worker counts it a send
+       coalesce(m.nid IN (SELECT notification_id FROM reconciled), false) AS reconciled
 FROM matched m LEFT JOIN locked l ON l.id = m.nid

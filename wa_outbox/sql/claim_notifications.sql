@@ -23,6 +23,12 @@
 --    reserve_slots_ahead.sql's rows) had its slots reserved by this worker just before, in a transaction of its own:
 --    the claim uses that grant and takes no lock on its rate_limits row (held to the commit, it would make the
 --    claims of all workers for that sender run one at a time);
+--  * the messaging limit of the senders' business portfolios (portfolios, set: nothing read when none is): a row
+--    that would count (wa_outbox.counts_against_limit: a template to a customer with no open window, not counted
+--    in the last 24 hours) takes one unit of its portfolio, each new customer once, in the batch's order; a
+--    customer with none left is held (hold_reason 'messaging_limit', a `limit_held` timeline row, no attempt
+--    spent) until the oldest unit frees (wa_outbox.next_unit_frees). Each portfolio's row is locked for its count
+--    (FOR UPDATE: a claim for the same portfolio waits, then reads the new `used`), its freed units deleted;
 --  * the rest become `sending` with this worker's lease (counted from their slot), one attempt counted and a
 --    `sending` timeline event (with the slot); their recipients' pacing moves on. Each row comes back with its
 --    slot, `send_at` (seconds since the epoch, the database's clock): the worker sends it then, not before.
@@ -137,7 +143,10 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
            %(enforce_window)s
                AND coalesce(c.message->>'type', CASE WHEN c.message ? 'template' THEN 'template' END)
                    IS DISTINCT FROM 'template'
-               AND (ct.last_inbound_at IS NULL OR ct.last_inbound_at < now() - interval '24 hours') AS outside
+               AND (ct.last_inbound_at IS NULL OR ct.last_inbound_at < now() - interval '24 hours') AS outside,
+           coalesce(c.message->>'type', CASE WHEN c.message ? 'template' THEN 'template' END) = 'template'
+               AS is_template,
+           ct.last_inbound_at
     FROM candidates c
     -- One primary-key probe per candidate (LIMIT 1 keeps the planner from turning this into a join that reads the
     -- whole contacts table, one row per recipient ever paced: a claim must stay O(batch)).
@@ -158,16 +167,66 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     FROM judged j
     WHERE NOT j.outside AND NOT j.follows
 ), paced AS (  -- the k-th message to a recipient may go once first_slot + (k - burst) intervals have passed
-    SELECT r.id, r.phone_number_id, r.priority, r.next_attempt_at,
+    SELECT r.id, r.phone_number_id, r.priority, r.next_attempt_at, r.recipient, r.is_template, r.last_inbound_at,
            CASE WHEN r.pair_paused_until > now() THEN r.pair_paused_until
                 WHEN r.first_slot + make_interval(secs => (r.pair_rank - %(pair_burst)s) * %(pair_interval)s) > now()
                     THEN r.first_slot + make_interval(secs => (r.pair_rank - %(pair_burst)s) * %(pair_interval)s)
            END AS pair_wait
     FROM ranked r
+), limited AS MATERIALIZED (  -- the batch's senders with a limited portfolio (none set: not read), once each
+    SELECT w.sender, po.portfolio_id
+    FROM walk w
+    JOIN wa_outbox.senders s ON s.phone_number_id = w.sender
+    JOIN wa_outbox.business_accounts b ON b.waba_id = s.waba_id
+    JOIN wa_outbox.portfolios po ON po.portfolio_id = b.portfolio_id AND po.messaging_limit IS NOT NULL
+    WHERE EXISTS (SELECT 1 FROM wa_outbox.portfolios x WHERE x.messaging_limit IS NOT NULL)  -- once, first
+), counting AS (  -- the rows that would take a unit, each with its customer's rank in the batch's order (per
+    -- portfolio: window functions over the batch, no join of the batch with itself)
+    SELECT c.*, dense_rank() OVER (PARTITION BY c.portfolio_id ORDER BY c.first_priority, c.first_due, c.first_id)
+               AS customer_rank
+    FROM (SELECT p.id, l.portfolio_id, p.recipient,
+                 min(p.priority) OVER w AS first_priority, min(p.next_attempt_at) OVER w AS first_due,
+                 min(p.id) OVER w AS first_id
+          FROM paced p
+          JOIN limited l ON l.sender = p.phone_number_id
+          -- the customer's last unit: one index probe
+          LEFT JOIN LATERAL (SELECT max(u.counted_at) AS counted_at FROM wa_outbox.portfolio_units u
+                             WHERE u.portfolio_id = l.portfolio_id AND u.wa_id = p.recipient) u ON true
+          WHERE p.pair_wait IS NULL
+            AND wa_outbox.counts_against_limit(p.is_template, p.last_inbound_at, u.counted_at, now())
+          WINDOW w AS (PARTITION BY l.portfolio_id, p.recipient)) c
+), locked AS (  -- the portfolios' rows, locked to the commit: a concurrent claim's units are in the `used` read here
+    SELECT po.portfolio_id, po.messaging_limit, po.used FROM wa_outbox.portfolios po
+    WHERE po.portfolio_id IN (SELECT c.portfolio_id FROM counting c) AND po.messaging_limit IS NOT NULL
+    ORDER BY po.portfolio_id FOR UPDATE
+), expired AS (  -- the units that freed (under the lock: each is taken off `used` by one claim only)
+    DELETE FROM wa_outbox.portfolio_units u
+    WHERE u.portfolio_id IN (SELECT l.portfolio_id FROM locked l) AND u.counted_at <= now() - interval '24 hours'
+    RETURNING u.portfolio_id
+), budget AS (  -- each portfolio's units left, the new customers it wants, and when its oldest unit frees
+    SELECT l.portfolio_id, b.base, greatest(0, l.messaging_limit - b.base) AS room,
+           (SELECT max(c.customer_rank) FROM counting c WHERE c.portfolio_id = l.portfolio_id) AS wanted,
+           wa_outbox.next_unit_frees((SELECT min(u.counted_at) FROM wa_outbox.portfolio_units u
+                                      WHERE u.portfolio_id = l.portfolio_id
+                                        AND u.counted_at > now() - interval '24 hours'), now()) AS frees_at
+    FROM locked l
+    CROSS JOIN LATERAL (SELECT greatest(0, l.used - (SELECT count(*) FROM expired e
+                                                     WHERE e.portfolio_id = l.portfolio_id))::integer AS base) b
+), units AS (  -- a unit for each customer within the room (their first row)
+    INSERT INTO wa_outbox.portfolio_units (portfolio_id, wa_id, notification_id)
+    SELECT c.portfolio_id, c.recipient, c.id FROM counting c JOIN budget b USING (portfolio_id)
+    WHERE c.id = c.first_id AND c.customer_rank <= b.room
+), used_on AS (
+    UPDATE wa_outbox.portfolios po SET used = b.base + least(b.wanted, b.room)::integer
+    FROM budget b WHERE po.portfolio_id = b.portfolio_id
+), held AS (  -- the rows of the customers over the room: they wait for the oldest unit to free
+    SELECT c.id, b.portfolio_id, b.frees_at
+    FROM counting c JOIN budget b ON b.portfolio_id = c.portfolio_id
+    WHERE c.customer_rank > b.room
 ), free AS (
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
-    FROM paced p WHERE p.pair_wait IS NULL
+    FROM paced p WHERE p.pair_wait IS NULL AND p.id NOT IN (SELECT h.id FROM held h)
 ), wanted AS (  -- the slots each sender's rows want that were not reserved ahead
     SELECT f.phone_number_id, count(*)::integer AS n FROM free f
     WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
@@ -181,8 +240,9 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'
-                WHEN f.token_rank <= g.granted THEN 'claim' ELSE 'wait' END AS action,
-           coalesce(p.pair_wait, greatest(now(),
+                WHEN h.id IS NOT NULL THEN 'hold' WHEN f.token_rank <= g.granted THEN 'claim' ELSE 'wait' END AS action,
+           h.portfolio_id,
+           coalesce(p.pair_wait, h.frees_at, greatest(now(),
                     g.slots_from + make_interval(secs => greatest(0, f.token_rank - g.level) / g.refill
                                                          - CASE WHEN g.paused THEN 0 ELSE %(horizon)s END)))
                AS wait_until,
@@ -190,13 +250,17 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     FROM judged j
     LEFT JOIN paced p ON p.id = j.id
     LEFT JOIN free f ON f.id = j.id
+    LEFT JOIN held h ON h.id = j.id
     LEFT JOIN grants g ON g.phone_number_id = f.phone_number_id
 ), deferred AS (
     UPDATE wa_outbox.notifications n
     SET blocked = (d.action = 'park'),
-        next_attempt_at = CASE WHEN d.action = 'wait' THEN d.wait_until ELSE n.next_attempt_at END
+        next_attempt_at = CASE WHEN d.action IN ('wait', 'hold') THEN d.wait_until ELSE n.next_attempt_at END,
+        hold_reason = CASE WHEN d.action = 'hold' THEN 'messaging_limit'
+                           WHEN n.hold_reason = 'messaging_limit' THEN NULL ELSE n.hold_reason END
     FROM decided d
-    WHERE n.id = d.id AND d.action IN ('park', 'wait')
+    WHERE n.id = d.id AND d.action IN ('park', 'wait', 'hold')
+    RETURNING n.id, n.attempts, n.correlation_id, d.action, d.wait_until, d.portfolio_id
 ), died AS (
     UPDATE wa_outbox.notifications n
     SET status = 'dead', updated_at = now(),
@@ -214,6 +278,7 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
 ), claimed AS (
     UPDATE wa_outbox.notifications n
     SET status = 'sending', attempts = n.attempts + 1, locked_by = %(worker_id)s,
+        hold_reason = CASE WHEN n.hold_reason = 'messaging_limit' THEN NULL ELSE n.hold_reason END,
         locked_until = greatest(now(), d.send_at) + make_interval(secs => %(lease_seconds)s), updated_at = now()
     FROM decided d
     WHERE n.id = d.id AND d.action = 'claim'
@@ -234,6 +299,10 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     FROM claimed
     UNION ALL
     SELECT id, 'dead', attempts, '{"reason": "outside_service_window"}'::jsonb, correlation_id FROM died
+    UNION ALL
+    SELECT id, 'limit_held', attempts, jsonb_build_object('reason', 'messaging_limit', 'portfolio_id', portfolio_id,
+                                                          'until', wait_until), correlation_id
+    FROM deferred WHERE action = 'hold'
 ), woken AS (  -- rows parked took places in this batch: wake the workers (at commit) to claim again at once
     SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )

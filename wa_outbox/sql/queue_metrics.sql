@@ -35,3 +35,29 @@ SELECT 'deliveries', 'lag', 0, coalesce(greatest(
                          WHERE d.endpoint_id = e.id AND d.status = 'queued' AND d.next_attempt_at <= now()
                          ORDER BY d.next_attempt_at LIMIT 1) d
      WHERE e.state = 'enabled')), 0)
+-- templates (issue 20): messages held by their template now (the notifications_template_held index), templates
+-- paused or disabled (Meta's words), and category changes Meta announced that are not in effect yet (`age`: seconds
+-- until the soonest takes effect)
+UNION ALL
+SELECT 'templates', 'held', count(*), coalesce(extract(epoch FROM now() - min(updated_at)), 0)
+FROM wa_outbox.notifications
+WHERE hold_reason IN ('template_paused', 'template_not_approved') AND status = 'queued'
+UNION ALL
+SELECT 'templates', lower(status), count(*), 0 FROM wa_outbox.templates
+WHERE status IN ('PAUSED', 'DISABLED') GROUP BY status
+UNION ALL
+SELECT 'templates', 'category_change_pending', count(*),
+       coalesce(extract(epoch FROM min(category_change_at) - now()), 0)
+FROM wa_outbox.templates WHERE category_pending IS NOT NULL AND category_change_at > now()
+UNION ALL  -- the messaging limit of each portfolio with one (issue 20): units left now (rows) and messages held by it
+-- (age column: their count), per portfolio (status: its id); portfolios without a limit are not shown
+SELECT 'portfolios', po.portfolio_id,
+       greatest(0, po.messaging_limit - (SELECT count(*) FROM wa_outbox.portfolio_units u
+                                         WHERE u.portfolio_id = po.portfolio_id
+                                           AND u.counted_at > now() - interval '24 hours')),
+       (SELECT count(*) FROM wa_outbox.notifications n
+        WHERE n.hold_reason = 'messaging_limit' AND n.status = 'queued'
+          AND n.phone_number_id IN (SELECT s.phone_number_id FROM wa_outbox.senders s
+                                    JOIN wa_outbox.business_accounts b ON b.waba_id = s.waba_id
+                                    WHERE b.portfolio_id = po.portfolio_id))
+FROM wa_outbox.portfolios po WHERE po.messaging_limit IS NOT NULL

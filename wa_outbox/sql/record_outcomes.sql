@@ -21,7 +21,11 @@ WITH o AS (
         attempts = n.attempts - CASE WHEN o.refund THEN 1 ELSE 0 END,
         wamid = coalesce(o.wamid, n.wamid),
         last_error = coalesce(o.error, n.last_error),
-        next_attempt_at = CASE WHEN o.status = 'queued'
+        -- A row given back unsent and due at once (its slot slipped, the worker stopped) keeps its due time, so it
+        -- keeps its place among the messages claimed after it (a campaign goes out in its order).
+        next_attempt_at = CASE WHEN o.status = 'queued' AND o.event = 'released' AND coalesce(o.delay, 0) = 0
+                               THEN least(n.next_attempt_at, now())
+                               WHEN o.status = 'queued'
                                THEN now() + make_interval(secs => coalesce(o.delay, 0)) ELSE n.next_attempt_at END,
         sent_at = CASE WHEN o.status = 'sent' THEN now() ELSE n.sent_at END,
         unknown_since = CASE WHEN o.status = 'unknown' THEN now() END,

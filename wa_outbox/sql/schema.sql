@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0008_accounts
+-- Revision: 0013_slot_lead
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -22,6 +22,10 @@
 --   Events                         events (the feed), event_type_of(), the emission triggers, events_after()
 --   Endpoints                      endpoints, deliveries, delivery_attempts
 --   Accounts                       meta_apps, app_secrets, business_accounts, senders
+--   Portfolio limits               (issue 20: Meta's messaging limit per business portfolio)
+--   Templates                      templates (issue 20: the template lifecycle)
+--   Number health                  (issue 20: phone number quality and throughput)
+--   Media                          media, media_chunks, media_uploads
 --   Views for operations           queue_health
 --   Grants
 -- A new concern gets a section of its own before "Views for operations". Columns are in the tables' physical order
@@ -82,7 +86,12 @@ CREATE TABLE wa_outbox.notifications (
     -- (next_in_line()). ordered = false opts a message out: it neither waits nor makes others wait.
     ordered          boolean NOT NULL DEFAULT true,
     blocked          boolean NOT NULL DEFAULT false,
-    CHECK ((status = 'sending') = (locked_until IS NOT NULL))
+    CHECK ((status = 'sending') = (locked_until IS NOT NULL)),
+    -- Why a queued message waits without spending an attempt, when something other than its schedule holds it: the
+    -- portfolio's messaging limit is used up (it goes when a unit frees), or its template is paused or not approved
+    -- (it goes when the template is approved again). NULL: nothing holds it. wa_outbox/states.py's HoldReason.
+    hold_reason      text CONSTRAINT notifications_hold_reason_check CHECK (hold_reason IN
+                     ('messaging_limit', 'template_paused', 'template_not_approved'))
 )
 -- Queue tables churn: vacuum and analyze after a few percent of changes, not the default 20 % / 10 %, so the
 -- claim's index stays small and its plans stay right. fillfactor 90: a new message never lands in the few bytes
@@ -164,7 +173,7 @@ CREATE TABLE wa_outbox.notification_events (
 ALTER TABLE wa_outbox.notification_events ADD CONSTRAINT notification_events_event_check CHECK (event IN
     ('queued', 'sending', 'sent', 'retry_scheduled', 'throttled', 'sender_paused', 'pair_limited', 'unknown',
      'reconciled', 'released', 'delivered', 'read', 'played', 'failed', 'unrecognized_status', 'dead', 'requeued',
-     'cancelled')) NOT VALID;
+     'cancelled', 'limit_held', 'template_held', 'template_released')) NOT VALID;
 -- The ops page's throughput per minute over the last hour (ops_throughput.sql). The timeline is append-only, so
 -- created_at follows the rows' physical order: a BRIN index finds the last hour's pages with no B-tree entry per
 -- event on the send path. 16 pages per range, not 128: a small event that lands in an old page's free space makes
@@ -307,6 +316,19 @@ CREATE FUNCTION wa_outbox.message_form_problem(message jsonb) RETURNS text LANGU
         WHEN length(message->>'biz_opaque_callback_data') > 492
             THEN 'biz_opaque_callback_data is ' || length(message->>'biz_opaque_callback_data')::text
                  || ' characters: at most 492 fit, as Meta allows 512 and "<outbox id>:" goes first'
+        -- A media message may name a file handed over to wa-outbox (POST /v1/media, upload_media()) instead of
+        -- Meta's media id or a public link: {"document": {"upload": 12, "filename": "invoice.pdf"}} (0012_media).
+        WHEN wa_outbox.message_type(message) IN ('image', 'audio', 'video', 'document', 'sticker')
+                AND message->wa_outbox.message_type(message) ? 'upload'
+                AND (jsonb_typeof(message->wa_outbox.message_type(message)->'upload') IS DISTINCT FROM 'number'
+                     OR (message->wa_outbox.message_type(message)->>'upload') !~ '^[1-9][0-9]{0,17}$')
+            THEN wa_outbox.message_type(message) || '.upload must be the id POST /v1/media or upload_media() '
+                 'returned (a positive integer)'
+        WHEN wa_outbox.message_type(message) IN ('image', 'audio', 'video', 'document', 'sticker')
+                AND message->wa_outbox.message_type(message) ? 'upload'
+                AND message->wa_outbox.message_type(message) ?| '{id,link}'
+            THEN wa_outbox.message_type(message) || '.upload stands for ' || wa_outbox.message_type(message)
+                 || '.id and ' || wa_outbox.message_type(message) || '.link: give only one of the three'
         WHEN octet_length(message::text) > 65536
             THEN 'message is larger than 65536 bytes'
     END
@@ -621,6 +643,33 @@ BEGIN
 END $$;
 
 
+-- == Enqueue (issue 23: the first hour) ==
+-- check_message(): what enqueue() would refuse, asked without raising, for SQL callers in any language with plain text
+-- arguments (the message as JSON text): NULL when enqueue() would queue it, else the reason it would raise with.
+-- enqueue() raising aborts the caller's transaction (that is SQL; docs/enqueue.md shows a SAVEPOINT); asking first
+-- keeps it. The same rules in the same order as enqueue(): recipient_problem(), message_problem(), key_problem(),
+-- sender_choice(). STABLE: the sender rule reads the registered senders and the default.
+CREATE FUNCTION wa_outbox.check_message(
+    to_ text,
+    message text,
+    idempotency_key text DEFAULT NULL,
+    correlation_id text DEFAULT NULL,
+    phone_number_id text DEFAULT NULL
+) RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_message jsonb;
+BEGIN
+    BEGIN
+        v_message := message::jsonb;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN  -- not JSON, or a \u0000
+        RETURN '`message` is not JSON Postgres can store: ' || SQLERRM;
+    END;
+    RETURN coalesce(wa_outbox.recipient_problem(to_jsonb(to_)), wa_outbox.message_problem(v_message),
+                    wa_outbox.key_problem('idempotency_key', to_jsonb(check_message.idempotency_key)),
+                    wa_outbox.key_problem('correlation_id', to_jsonb(check_message.correlation_id)),
+                    (wa_outbox.sender_choice(check_message.phone_number_id))[2]);
+END $$;
+
 -- == Webhooks: inbound events =======================================================================================
 
 -- Inbound webhook changes: deduplicated by a stable key, and a queue the workers drain.
@@ -817,8 +866,13 @@ $$;
 -- `senders` (distinct) wanting the matching count of `wants`: creates missing buckets at the default rate, locks the
 -- senders' rows in key order (two claims lock the same rows in the same order: no deadlocks), reads the time after
 -- the locks are taken, and writes only the schedules that granted something. One row per sender, in key order.
+-- `capped` (a claim reserving for itself): the lead is at most one slot interval (reserve_slots). Not capped (slots
+-- reserved ahead of a claim, reserve_slots_ahead): the lead is the caller's, the time its rows need to reach their
+-- send threads (the whole claim): capped there, the rows of every claim at a rate above 1 / claim time reached their
+-- threads after their slots and were re-slotted one by one.
 CREATE FUNCTION wa_outbox.reserve_slots_set(senders text[], wants integer[], default_mps double precision,
-                                            lead double precision, horizon double precision)
+                                            lead double precision, horizon double precision,
+                                            capped boolean DEFAULT true)
     RETURNS TABLE (phone_number_id text, granted integer, slots_from timestamptz, level double precision,
                    refill double precision, paused boolean)
 LANGUAGE plpgsql AS $$
@@ -837,7 +891,8 @@ BEGIN
         ORDER BY r.phone_number_id FOR UPDATE OF r
     ), timed AS MATERIALIZED (  -- the earliest slot, read after the locks
         SELECT l.*, sh.refill AS rate, sh.capacity,
-               clock_timestamp() + make_interval(secs => least(lead, 1 / sh.refill)) AS t
+               clock_timestamp()
+                   + make_interval(secs => CASE WHEN capped THEN least(lead, 1 / sh.refill) ELSE lead END) AS t
         FROM locked l, wa_outbox.bucket_shape(l.mps, l.burst) sh
     ), shaped AS MATERIALIZED (
         SELECT x.sender, x.rate, x.wanted, coalesce(x.paused_until > x.t, false) AS halted,
@@ -886,7 +941,8 @@ END $$;
 -- which then takes no lock on rate_limits for them. Slots reserved but not used (the claim found fewer rows) are lost
 -- capacity, never a rate violation; they come back (`unused`) only while they are still the end of the sender's
 -- schedule, i.e. no one reserved a slot since (`reserved_at`, the refilled_at this worker's reservation left): then the
--- schedule is exactly as if they had never been reserved.
+-- schedule is exactly as if they had never been reserved. The lead is not capped at one slot interval (see
+-- reserve_slots_set): the caller's lead covers its claim, or, re-slotting a send that slipped, its reply.
 CREATE FUNCTION wa_outbox.reserve_slots_ahead(sender text, wanted integer, default_mps double precision,
                                               lead double precision, horizon double precision,
                                               unused integer, reserved_at timestamptz,
@@ -900,7 +956,7 @@ BEGIN
           AND (r.paused_until IS NULL OR r.paused_until <= now());
     END IF;
     SELECT g.granted, g.slots_from, g.level, g.refill, g.paused INTO granted, slots_from, level, refill, paused
-    FROM wa_outbox.reserve_slots(sender, wanted, default_mps, lead, horizon) g;
+    FROM wa_outbox.reserve_slots_set(ARRAY[sender], ARRAY[wanted], default_mps, lead, horizon, false) g;
 END $$;
 
 
@@ -1532,6 +1588,228 @@ CREATE TRIGGER business_accounts_changed AFTER INSERT OR UPDATE OR DELETE OR TRU
     FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
 CREATE TRIGGER senders_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wa_outbox.senders
     FOR EACH STATEMENT EXECUTE FUNCTION wa_outbox.notify_registry_changed();
+
+
+-- == Portfolio limits ===============================================================================================
+-- (0009_portfolio_limits)
+-- A business portfolio's messaging limit (https://developers.facebook.com/docs/whatsapp/messaging-limits): how many
+-- unique customers its numbers may reach with business-initiated messages outside a customer-service window in a
+-- moving 24 hours, shared by every number of the portfolio (business_accounts.portfolio_id). Set by `wa-outbox
+-- portfolios set`, PUT /v1/portfolios/<id> or a business_capability_update webhook. messaging_limit NULL: none is
+-- enforced (and nothing is counted). `used`: the units of portfolio_units in the last 24 hours, kept by the claim
+-- under this row's lock (claim_notifications.sql: a concurrent claim waits for the row and reads the new count,
+-- which it could not from portfolio_units in its own snapshot); recounted exactly whenever the limit is set.
+CREATE TABLE wa_outbox.portfolios (
+    portfolio_id     text PRIMARY KEY CHECK (portfolio_id ~ '^[0-9]{1,32}$'),
+    messaging_limit  integer CHECK (messaging_limit >= 0),
+    used             integer NOT NULL DEFAULT 0 CHECK (used >= 0),
+    limit_source     text NOT NULL DEFAULT 'operator' CHECK (limit_source IN ('operator', 'webhook')),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+-- The claims look for a limited portfolio first: with none, the budget costs one probe of this index.
+CREATE INDEX portfolios_limited ON wa_outbox.portfolios (portfolio_id) WHERE messaging_limit IS NOT NULL;
+
+-- One unit of a portfolio's limit: a customer counted (a template to them with no open window, not counted in the
+-- 24 hours before), freed 24 hours after counted_at. The claim deletes a portfolio's freed units as it counts new
+-- ones (one index range), so the table holds about the last 24 hours.
+CREATE TABLE wa_outbox.portfolio_units (
+    portfolio_id     text NOT NULL REFERENCES wa_outbox.portfolios (portfolio_id) ON DELETE CASCADE,
+    wa_id            text NOT NULL,
+    counted_at       timestamptz NOT NULL DEFAULT now(),
+    notification_id  bigint
+);
+CREATE INDEX portfolio_units_customer ON wa_outbox.portfolio_units (portfolio_id, wa_id, counted_at);
+CREATE INDEX portfolio_units_age ON wa_outbox.portfolio_units (portfolio_id, counted_at);
+
+-- The messages the limit holds, per sender: a raised limit releases them in one statement (set_portfolio_limit.sql).
+CREATE INDEX notifications_limit_held ON wa_outbox.notifications (phone_number_id)
+    WHERE hold_reason = 'messaging_limit' AND status = 'queued';
+
+-- The one rule of who counts (wa_outbox/messaging_limit.py counts_against_limit is the same; tests/db/
+-- test_portfolio_limits.py drives both with the same cases): a template to a customer whose service window is not
+-- open (no message from them in the 24 hours before `at`) and who has no unit of the portfolio younger than 24 hours.
+CREATE FUNCTION wa_outbox.counts_against_limit(is_template boolean, last_inbound_at timestamptz,
+                                               counted_at timestamptz, at timestamptz)
+    RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(is_template, false)
+           AND (last_inbound_at IS NULL OR last_inbound_at < at - interval '24 hours')
+           AND (counted_at IS NULL OR counted_at <= at - interval '24 hours')
+$$;
+
+-- When a held message may go: when the portfolio's oldest unit frees (24 hours after it was counted); with no unit
+-- to wait for (a limit of 0, or only units this very claim counted), 24 hours from `at`. wa_outbox/messaging_limit.py
+-- next_unit_frees is the same.
+CREATE FUNCTION wa_outbox.next_unit_frees(oldest_counted_at timestamptz, at timestamptz)
+    RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(oldest_counted_at, at) + interval '24 hours'
+$$;
+
+
+-- == Templates ======================================================================================================
+-- One row per template (a name in one language) of a business account, as Meta last told of it: the status, quality
+-- and category webhooks (worker/_inbound.py, apply_template_changes.sql) and the sync from
+-- GET /{waba-id}/message_templates. Meta's words are stored as sent (upper case); what a status means for the
+-- messages of the template is decided in one place, wa_outbox/templates.py. A template with no row was never heard
+-- of: its messages are sent as before. No foreign key to business_accounts: a webhook for a business account that is
+-- not registered is still recorded (and its messages, from no registered sender, are never held by it).
+CREATE TABLE wa_outbox.templates (
+    waba_id             text NOT NULL CHECK (waba_id ~ '^[0-9]{1,32}$'),
+    name                text NOT NULL CHECK (length(name) BETWEEN 1 AND 512),
+    language            text NOT NULL CHECK (length(language) BETWEEN 1 AND 32),
+    template_id         text CHECK (length(template_id) <= 64),     -- Meta's message_template_id
+    status              text CHECK (length(status) <= 64),          -- APPROVED, PAUSED, DISABLED, PENDING, ...
+    quality             text CHECK (length(quality) <= 64),         -- GREEN, YELLOW, RED, UNKNOWN
+    category            text CHECK (length(category) <= 64),        -- MARKETING, UTILITY, AUTHENTICATION
+    reason              text CHECK (length(reason) <= 2000),        -- Meta's reason for the last status
+    -- a category change Meta announced before it takes effect (template_category_update with correct_category and
+    -- category_update_timestamp): the category it will have, and when
+    category_pending    text CHECK (length(category_pending) <= 64),
+    category_change_at  timestamptz,
+    components          jsonb,                                      -- from the sync: the template's components
+    status_at           timestamptz,  -- when Meta changed the status (the webhook's time): an older word loses
+    synced_at           timestamptz,  -- the last `templates sync` that saw it
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (waba_id, name, language)
+);
+-- The messages a template holds (hold_reason template_paused / template_not_approved), by sender and template name:
+-- what an APPROVED webhook releases and a DISABLED one dead-letters (template_release.sql, template_dead.sql).
+-- Partial: only held rows enter it, so the hot paths never write it.
+CREATE INDEX notifications_template_held ON wa_outbox.notifications
+    (phone_number_id, ((message -> 'template' ->> 'name')), id)
+    WHERE hold_reason IN ('template_paused', 'template_not_approved');
+
+
+-- == Number health ==================================================================================================
+-- Phone number quality and throughput as Meta reports them (phone_number_quality_update, account_update webhooks),
+-- one row per registered sender, and whether its pacing follows the throughput Meta grants it.
+CREATE TABLE wa_outbox.number_health (
+    phone_number_id         text PRIMARY KEY REFERENCES wa_outbox.senders (phone_number_id) ON DELETE CASCADE,
+    quality_rating          text CHECK (quality_rating IN ('GREEN', 'YELLOW', 'RED', 'UNKNOWN')),
+    previous_quality_rating text,         -- the rating before the last change of it (a drop: it was higher)
+    quality_event           text,         -- the last phone_number_quality_update event: FLAGGED, UPGRADE, ...
+    messaging_limit_tier    text,         -- as Meta names it: TIER_1K, TIER_UNLIMITED, ...
+    messaging_limit         bigint,       -- the number the tier names (NULL: unlimited, not set or unknown)
+    throughput_level        text,         -- STANDARD, HIGH, NOT_APPLICABLE
+    throughput_mps          double precision CHECK (throughput_mps > 0),  -- what the level allows (80, 1000)
+    flagged                 boolean NOT NULL DEFAULT false,
+    restrictions            jsonb,        -- account_update ACCOUNT_RESTRICTION's restriction_info, as sent
+    restricted_until        timestamptz,  -- the latest expiration among them (NULL with restrictions: no end given)
+    ban_state               text,         -- account_update DISABLED_UPDATE's ban_info.waba_ban_state
+    account_event           text,         -- the last account_update event: ACCOUNT_RESTRICTION, ACCOUNT_VIOLATION, ...
+    violation_type          text,         -- account_update ACCOUNT_VIOLATION's violation_info.violation_type
+    quality_changed_at      timestamptz,  -- when the last quality change applied was received
+    account_changed_at      timestamptz,  -- ... and the last account change applied
+    follow_meta_throughput  boolean NOT NULL DEFAULT false,  -- its rate_limits mps follows throughput_mps
+    updated_at              timestamptz NOT NULL DEFAULT now()
+);
+
+-- Whether a number is restricted now (account_update ACCOUNT_RESTRICTION): restrictions recorded and none known to
+-- have ended (no expiration given, or the latest one still ahead). Read by /metrics and the senders' listing.
+CREATE FUNCTION wa_outbox.number_restricted(restrictions jsonb, restricted_until timestamptz) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(restrictions) = 'array' THEN restrictions END), 0) > 0
+           AND (restricted_until IS NULL OR restricted_until > now())
+$$;
+
+
+-- == Media ==========================================================================================================
+-- One row per media object, either way. Inbound: one per media id a webhook carried (a redelivered webhook finds
+-- its row and fetches nothing twice), a queue the workers drain like webhook_events. Outbound: one per file an app
+-- handed over (POST /v1/media, wa_outbox.upload_media()), stored at once.
+CREATE TABLE wa_outbox.media (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,   -- wa-outbox's own id
+    direction        text NOT NULL CHECK (direction IN ('inbound', 'outbound')),
+    meta_media_id    text,                 -- inbound: the id as it arrived in the webhook
+    phone_number_id  text,                 -- inbound: the business number that received it (its token fetches it)
+    wa_id            text,                 -- inbound: the customer who sent it
+    webhook_event_id bigint,               -- inbound: the message's webhook_events row
+    wamid            text,                 -- inbound: the message that carried it
+    kind             text CHECK (kind IN ('image', 'audio', 'video', 'document', 'sticker')),
+    mime_type        text,
+    filename         text,
+    declared_sha256  text,                 -- as Meta said (the webhook's or the lookup's sha256)
+    declared_size    bigint,               -- as Meta's lookup said (file_size)
+    sha256           bytea,                -- of the bytes stored
+    size             bigint CHECK (size >= 0),
+    -- pending: to fetch; stored: its bytes are kept; failed: a final refusal (404, a checksum that never matched);
+    -- expired: the id could no longer be fetched; too_large: refused by the size cap (recorded, never stored)
+    state            text NOT NULL DEFAULT 'pending'
+                     CHECK (state IN ('pending', 'fetching', 'stored', 'failed', 'expired', 'too_large')),
+    store            text CHECK (store IN ('postgres', 's3')),
+    store_key        text,                 -- s3: the object's key under the bucket
+    attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    -- inbound: Meta keeps a media id fetchable this long (7 days from the message), then the media is `expired`
+    fetch_until      timestamptz,
+    locked_by        text,
+    locked_until     timestamptz,
+    last_error       jsonb,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    stored_at        timestamptz,
+    CHECK ((direction = 'inbound') = (meta_media_id IS NOT NULL))
+);
+CREATE UNIQUE INDEX media_meta_media_id ON wa_outbox.media (meta_media_id) WHERE direction = 'inbound';
+CREATE INDEX media_due ON wa_outbox.media (next_attempt_at) WHERE state = 'pending';
+CREATE INDEX media_leased ON wa_outbox.media (locked_until) WHERE state = 'fetching';
+CREATE INDEX media_created_at ON wa_outbox.media (created_at);
+
+-- The bytes of media kept in Postgres, in chunks (media_store.CHUNK_BYTES), so that neither a worker nor a web
+-- process ever holds a whole file: it is written and read one chunk at a time.
+CREATE TABLE wa_outbox.media_chunks (
+    media_id  bigint NOT NULL REFERENCES wa_outbox.media (id) ON DELETE CASCADE,
+    seq       integer NOT NULL CHECK (seq >= 0),
+    data      bytea NOT NULL,
+    PRIMARY KEY (media_id, seq)
+);
+ALTER TABLE wa_outbox.media_chunks ALTER COLUMN data SET STORAGE EXTERNAL;  -- already compressed, mostly
+
+-- An outbound file as uploaded to Meta for one sender (POST /{phone-number-id}/media): Meta's media id, reused until
+-- it expires (30 days), then uploaded again; another sender uploads its own.
+CREATE TABLE wa_outbox.media_uploads (
+    media_id         bigint NOT NULL REFERENCES wa_outbox.media (id) ON DELETE CASCADE,
+    phone_number_id  text NOT NULL,
+    meta_media_id    text NOT NULL,
+    uploaded_at      timestamptz NOT NULL DEFAULT now(),
+    expires_at       timestamptz NOT NULL,
+    PRIMARY KEY (media_id, phone_number_id)
+);
+
+-- == Outbound media: messages naming an upload =====================================================================
+-- A media message may name a file handed over to wa-outbox instead of a Meta media id or a link
+-- ({"document": {"upload": 12, "filename": "invoice.pdf"}}): message_form_problem() checks its form; this trigger,
+-- on every insert into the outbox (enqueue(), enqueue_many(), enqueue_checked(), campaigns), that it names a file
+-- wa-outbox holds, of the kind the message sends, so a typo is refused at enqueue rather than dead at send. The WHEN
+-- clause keeps every other message from calling the function.
+CREATE FUNCTION wa_outbox.check_message_upload() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_kind text := wa_outbox.message_type(NEW.message);
+    v_upload text := NEW.message->v_kind->>'upload';
+    v_found boolean := false;
+    v_media_kind text;
+    v_mime_type text;
+BEGIN
+    IF v_kind NOT IN ('image', 'audio', 'video', 'document', 'sticker') OR v_upload IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF v_upload ~ '^[1-9][0-9]{0,17}$' THEN
+        SELECT m.kind, m.mime_type INTO v_media_kind, v_mime_type FROM wa_outbox.media m
+        WHERE m.id = v_upload::bigint AND m.direction = 'outbound' AND m.state = 'stored';
+        v_found := FOUND;
+    END IF;
+    IF NOT v_found THEN
+        RAISE EXCEPTION 'unknown upload %: no file with that id was handed over (POST /v1/media, upload_media())',
+            v_upload USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF v_media_kind IS DISTINCT FROM v_kind THEN
+        RAISE EXCEPTION 'upload %, % (%), cannot be sent in a message of type %', v_upload, v_mime_type,
+            coalesce(v_media_kind, 'no kind Meta sends'), quote_literal(v_kind)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER notifications_check_upload BEFORE INSERT ON wa_outbox.notifications
+    FOR EACH ROW WHEN (NEW.message @? '$.*.upload') EXECUTE FUNCTION wa_outbox.check_message_upload();
 
 
 -- == Views for operations ===========================================================================================

@@ -31,8 +31,11 @@ from . import (
     errors,
     event_views,
     health_views,
+    media_download_views,
+    media_upload_views,
     openapi_views,
     ops_views,
+    portfolio_views,  # the messaging limit (issue 20)
     webhook_views,
 )
 from .app_state import engine_of, settings_of
@@ -91,6 +94,11 @@ def create_app(settings: Settings, *, engine: sa.Engine | None = None, metrics: 
     app.register_blueprint(endpoint_views.blueprint)
     app.register_blueprint(account_views.blueprint)
     app.register_blueprint(event_views.blueprint)
+    app.register_blueprint(media_upload_views.blueprint)  # POST /v1/media (mediaout)
+    app.register_blueprint(media_download_views.blueprint)  # GET /v1/media/<id> (inbound media)
+    from . import template_views  # noqa: PLC0415 - issue 20, in a block of its own so merges stay mechanical
+    app.register_blueprint(template_views.blueprint)
+    app.register_blueprint(portfolio_views.blueprint)
     app.json = _IsoJSONProvider(app)
     request_metrics = _install_metrics(app, request_metrics=metrics)
     # Flask's documented way to wrap the app in WSGI middleware; its types declare wsgi_app a plain method
@@ -136,6 +144,7 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
         else:
             registry.register(_Families(list(REGISTRY.collect())))
         registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
+        registry.register(_Families(list(metrics.number_health_families(_read_number_health(engine_of(app))))))
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
         return encode(registry), 200, {"Content-Type": content_type}
 
@@ -184,6 +193,15 @@ def _read_database(engine: sa.Engine) -> tuple[list[queries.QueueCount] | None, 
                                             str(exc).strip().splitlines()[0] if str(exc).strip() else
                                             type(exc).__name__)
         return None, None
+
+
+def _read_number_health(engine: sa.Engine) -> list[queries.NumberHealthMetric] | None:
+    """Each sender's health as Meta last reported it; None when the database does not answer (logged once, by
+    _read_database, in the same scrape)."""
+    try:
+        return queries.number_health_metrics(engine)
+    except (psycopg.Error, sa.exc.SQLAlchemyError):
+        return None
 
 
 def _metrics_token_refusal(token: str | None):

@@ -8,6 +8,7 @@ DELETE /v1/apps/<app_id>              remove it (409 while business accounts bel
 GET    /v1/senders                    every sender (and the environment's)
 POST   /v1/senders                    register one, or update it
 GET    /v1/senders/<phone_number_id>  one sender              PATCH  …/<phone_number_id>   replace its token
+                                                              (and/or follow_meta_throughput)
 DELETE /v1/senders/<phone_number_id>  remove it
 """
 
@@ -110,7 +111,7 @@ def delete_app(app_id: str):
 # --- senders ---------------------------------------------------------------------------------------------------------
 
 _SENDER_FIELDS = {"phone_number_id", "waba_id", "app_id", "token", "token_ref", "portfolio_id", "mps", "alias",
-                  "display_phone_number"}
+                  "display_phone_number", "follow_meta_throughput"}
 
 
 @blueprint.get("/senders")
@@ -124,7 +125,8 @@ def create_sender():
     row, created = accounts.add_sender(
         _engine(), _settings(), phone_number_id=data["phone_number_id"], waba_id=data["waba_id"],
         app_id=data["app_id"], token=_secret(data, "token"), portfolio_id=data.get("portfolio_id"),
-        mps=data.get("mps"), alias=data.get("alias"), display_phone_number=data.get("display_phone_number"))
+        mps=data.get("mps"), alias=data.get("alias"), display_phone_number=data.get("display_phone_number"),
+        follow_meta_throughput=data.get("follow_meta_throughput"))
     response = jsonify(row)
     response.headers["Location"] = f"/v1/senders/{row.phone_number_id}"
     return response, 201 if created else 200
@@ -137,9 +139,15 @@ def get_sender(phone_number_id: str):
 
 @blueprint.patch("/senders/<phone_number_id>")
 def set_sender_token(phone_number_id: str):
-    data = _body({"token", "token_ref"}, set())
-    return jsonify(accounts.set_token(_engine(), _settings(), phone_number_id=phone_number_id,
-                                      token=_secret(data, "token")))
+    data = _body({"token", "token_ref", "follow_meta_throughput"}, set())
+    if "follow_meta_throughput" in data and not {"token", "token_ref"} & set(data):  # only the setting: no token
+        return jsonify(accounts.set_follow_meta(_engine(), _settings(), phone_number_id=phone_number_id,
+                                                follow=data["follow_meta_throughput"]))
+    row = accounts.set_token(_engine(), _settings(), phone_number_id=phone_number_id, token=_secret(data, "token"))
+    if "follow_meta_throughput" in data:
+        row = accounts.set_follow_meta(_engine(), _settings(), phone_number_id=phone_number_id,
+                                       follow=data["follow_meta_throughput"])
+    return jsonify(row)
 
 
 @blueprint.delete("/senders/<phone_number_id>")

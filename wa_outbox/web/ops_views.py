@@ -46,7 +46,8 @@ from flask import (
 from flask.sessions import SecureCookieSessionInterface
 
 from .. import campaigns, endpoints, ops, outbox, queries
-from ..config import Settings
+from ..config import DEV_API_TOKEN, Settings
+from ..messages import format_phone
 from . import auth_throttle, ops_sessions
 from .app_state import engine_of, settings_of
 
@@ -145,6 +146,8 @@ def _csrf_token() -> str:
 
 
 def _page(template: str, status: int = 200, **context):
+    if template == "login.html":
+        context["dev_hint"] = dev_login_hint(settings_of(current_app))
     return render_template(f"ops/{template}", csrf_token=_csrf_token(), **context), status
 
 
@@ -190,6 +193,17 @@ def _next_location(default: str = "/ops") -> str:
 
 
 # --- login ------------------------------------------------------------------------------------------------------
+
+def dev_login_hint(settings: Settings) -> str | None:
+    """What the login page says under `wa-outbox dev` (WA_OUTBOX_DEV): its own development token by name (public:
+    config.DEV_API_TOKEN), or, when WA_OUTBOX_API_TOKENS came from the environment it started in, that it did, never
+    a configured token. None outside development."""
+    if not settings.dev:
+        return None
+    if DEV_API_TOKEN in settings.api_tokens:
+        return DEV_API_TOKEN
+    return ""
+
 
 @blueprint.get("/login")
 def login():
@@ -246,24 +260,42 @@ def index():
     oldest = next((r.oldest_age_seconds for r in depth
                    if r.queue == "notifications" and r.status == "queued"), None)
     labels = [m.minute.strftime("%H:%M") for m in minutes]
+    by_sender = ops.sender_outcomes(engine, minutes)
+    totals = ops.outcome_totals(by_sender, len(minutes))
+    # What an operator asks first: how many went out and how many arrived and were read, each minute; the tone
+    # colours the bars (problems in the page's warning colour).
     series = [
-        ("waiting (estimated)", "line", ops.depth_series(waiting, minutes)),
-        ("sent / min", "bars", [m.sent for m in minutes]),
-        ("failed / min", "bars", [m.failed for m in minutes]),
-        ("dead / min", "bars", [m.dead for m in minutes]),
+        ("waiting (estimated)", "line", "neutral", ops.depth_series(waiting, minutes)),
+        ("sent / min", "bars", "neutral", totals["sent"]),
+        ("delivered / min", "bars", "good", totals["delivered"]),
+        ("read / min", "bars", "good", totals["read"]),
+        ("failed / min", "bars", "bad", totals["failed"]),
+        ("dead / min", "bars", "bad", totals["dead"]),
     ]
-    charts = [{"name": name, "kind": kind, "values": values,
+    charts = [{"name": name, "kind": kind, "tone": tone, "values": values,
                "total": sum(values) if kind == "bars" else values[-1],
                "max": max(values, default=0),
                "bars": ops.bars(values, labels) if kind == "bars" else [],
                "points": ops.line_points(values) if kind == "line" else ""}
-              for name, kind, values in series]
+              for name, kind, tone, values in series]
+    outcomes = [{"sender": s, "totals": {o: s.total(o) for o in ops.OUTCOMES},
+                 "bars": ops.bars(s.series["sent"], labels, width=120, height=20)} for s in by_sender]
     return _page("index.html", depth=depth, depth_cap=f"{ops.DEPTH_CAP:,}", waiting=waiting, oldest_age=oldest,
-                 charts=charts,
+                 charts=charts, outcomes=outcomes,
+                 delivery_rate=ops.rate(sum(totals["delivered"]), sum(totals["sent"])),
+                 read_rate=ops.rate(sum(totals["read"]), sum(totals["delivered"])),
                  first_minute=labels[0] if labels else "", last_minute=labels[-1] if labels else "",
                  workers=ops.workers(engine), senders=ops.senders(engine, settings_of(current_app)),
-                 dead_groups=ops.dead_groups(engine), campaigns=ops.campaigns(engine),
-                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES, unregistered=ops.unregistered(engine))
+                 dead_groups=ops.dead_groups(engine), campaigns=(shown := ops.campaigns(engine)),
+                 endpoints=ops.endpoints(engine), replay_choices=REPLAY_CHOICES, unregistered=ops.unregistered(engine),
+                 campaign_limits=_campaign_limits(engine, shown))
+
+
+def _campaign_limits(engine, shown) -> dict[int, dict]:
+    """The messaging-limit figures of the campaigns on the page that still have templates queued (issue 20)."""
+    from ..portfolios import campaign_figures  # noqa: PLC0415 - as campaigns.get: accounts only when needed
+    return {c.id: campaign_figures(engine, sender=c.phone_number_id, campaign_id=c.id) for c in shown
+            if c.status != "cancelled" and (c.counts or {}).get("queued")}
 
 
 def _search(q: str):
@@ -428,6 +460,28 @@ def _time(value: Any) -> str:
     return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
+@blueprint.app_template_filter("ops_phone")
+def _phone(value: Any) -> str:
+    """A phone number as the CLI prints it (messages.format_phone)."""
+    return format_phone(value if value is None else str(value))
+
+
+@blueprint.app_template_filter("ops_rate")
+def _rate(value: float | None) -> str:
+    """A rate (ops.rate) as a percentage: 97.4 %, – without a whole to divide by."""
+    return "–" if value is None else f"{value * 100:.1f} %"
+
+
+@blueprint.app_template_filter("ops_queue")
+def _queue(queue: str) -> str:
+    return ops.queue_label(queue)
+
+
+@blueprint.app_template_filter("ops_activity")
+def _activity(info: Any) -> list[ops.Activity]:
+    return ops.worker_activity(info if isinstance(info, dict) else {})
+
+
 @blueprint.app_template_filter("ops_json")
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
@@ -436,3 +490,12 @@ def _json(value: Any) -> str:
 @blueprint.context_processor
 def _flashes():
     return {"flashes": get_flashed_messages(with_categories=True), "logged_in": _logged_in()}
+
+
+# --- templates (issue 20) --------------------------------------------------------------------------------------------
+@blueprint.context_processor
+def _templates_section():
+    """The templates section of /ops: a callable, so only the page that shows it reads them (index.html)."""
+    def ops_templates() -> list[queries.TemplateRow]:
+        return queries.templates_list(_engine(), limit=200)
+    return {"ops_templates": ops_templates}

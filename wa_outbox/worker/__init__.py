@@ -40,6 +40,7 @@ from ._analyzer import analyze_if_never
 from ._deliverer import Deliverer
 from ._heartbeat import MetricsFlusher, beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
+from ._media import MediaFetcher
 from ._reconciler import release_stalled_lines, settle_unknown
 from ._rescuer import rescue
 from ._sender import FAILURE_BACKOFF_CAP, Sender, one_line
@@ -122,6 +123,9 @@ class Worker:
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
             self.policy, settings.lease_seconds, metrics=self.metrics)
         self.deliverer = Deliverer(self.engine, settings, self.worker_id, self.metrics)
+        # Inbound media: fetched on threads of their own, with the senders' tokens (the same cache the sends use)
+        self.media = MediaFetcher(settings, self.worker_id, self.metrics, self.sender.tokens)
+        self.inbound.on_media = self.media.wake.set
         self._metrics_server: WSGIServer | None = None
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while the LISTEN is registered: an enqueue from now on wakes us
@@ -149,7 +153,9 @@ class Worker:
         for name, target in (("recorder", lambda: self.sender.record(self._recorder_done)),
                              *([("listener", self._listen)] if self.settings.listen else []),
                              ("inbound", self._inbound_loop), ("maintenance", self._maintenance_loop),
-                             ("deliveries", lambda: self.deliverer.run(self.stopping))):
+                             ("deliveries", lambda: self.deliverer.run(self.stopping)),
+                             # a dry run calls no Meta: no media to fetch either
+                             *([] if self.settings.dry_run else [("media", lambda: self.media.run(self.stopping))])):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -162,6 +168,7 @@ class Worker:
         self.stopping.set()
         self.sender.wake.set()
         self.deliverer.wake.set()
+        self.media.wake.set()
 
     def _shutdown(self) -> None:
         log.info("worker %s stopping: %d sends in flight", self.worker_id, self.sender.in_flight)
@@ -187,16 +194,19 @@ class Worker:
             pass
         self.transport.close()
         self.deliverer.close()
+        self.media.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
-        log.info("worker %s stopped: %s", self.worker_id, self.sender.stats)
+        # Its totals as fields of their own (JSON: numbers a log search can sum), never a dict in the message.
+        log.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id, **self._info()})
 
     def _info(self) -> dict:
         return {"in_flight": self.sender.in_flight, **self.sender.stats, **{f"inbound_{k}": v for k, v in
                                                                            self.inbound.stats.items()},
                 "deliveries_in_flight": self.deliverer.in_flight,
-                **{f"deliveries_{k}": v for k, v in self.deliverer.stats.items()}}
+                **{f"deliveries_{k}": v for k, v in self.deliverer.stats.items()},
+                "media_in_flight": self.media.in_flight, **{f"media_{k}": v for k, v in self.media.stats.items()}}
 
     # --- threads -------------------------------------------------------------------------------------------------
 
@@ -286,6 +296,7 @@ class Worker:
         for step in (lambda: beat(self.engine, self.worker_id, "running", self._info()),
                      lambda: rescue(self.engine, self.worker_id, self.policy, metrics=self.metrics),
                      self.deliverer.rescue,
+                     self.media.rescue,
                      self._settle_unknown,
                      lambda: release_stalled_lines(self.engine),
                      self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too

@@ -4,6 +4,7 @@ https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes"""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ class Action(enum.Enum):
     THROTTLE_SENDER = "throttle"     # the sender is over a rate: pause it, the message waits without an attempt
     PAUSE_SENDER = "pause_sender"    # nothing will work until a human acts (auth, blocked): pause, alert
     PAIR_LIMIT = "pair_limit"        # too fast to this recipient: pause the recipient only
+    HOLD_TEMPLATE = "hold_template"  # 132015: its template is paused: held with every queued message of it
     DEAD = "dead"                    # permanent: dead-letter queue now
     UNKNOWN = "unknown"              # the request may have reached Meta: settle from status webhooks
 
@@ -29,6 +31,7 @@ class SendResult:
     failure_detail: str | None = None
     retry_after: float | None = None   # seconds, from a Retry-After header
     elapsed_ms: float = 0.0
+    request_at: float | None = None    # time.time() when the request went (passed its deadline check), if known
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,11 @@ NO_ACCESS_SUBCODE = 33
 PERMANENT = {131050, 131026, 131047, 131051, 100, 131008, 131009, 131021, 133010} | set(range(132000, 132017))
 ALERTING = SENDER_BROKEN | TOKEN_PERMISSION | {133010}
 # Answers that say the campaign, not just this message, must stop until a human looks: the spam rate limit (131048)
-# and a template paused or disabled for its quality rating (132015, 132016).
+# and a template disabled for its quality rating (132016). A paused template (132015) holds its messages instead,
+# until Meta approves it again (wa_outbox/templates.py): the campaign goes on with them then.
 # https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes
-CAMPAIGN_PAUSING = {131048, 132015, 132016}
+CAMPAIGN_PAUSING = {131048, 132016}
+TEMPLATE_PAUSED = 132015
 
 THROTTLE_PAUSE_SECONDS = {130429: 2.0, 80007: 60.0, 4: 60.0}
 BROKEN_SENDER_PAUSE_SECONDS = 300.0   # re-probe every 5 minutes until the token or account is fixed
@@ -105,6 +110,8 @@ def classify(result: SendResult) -> Decision:
             return decided(Action.THROTTLE_SENDER, result.retry_after or THROTTLE_PAUSE_SECONDS[code])
         if code == 131056:
             return decided(Action.PAIR_LIMIT)
+        if code == TEMPLATE_PAUSED:
+            return decided(Action.HOLD_TEMPLATE)
         if code == 131057:
             # Maintenance / throughput upgrade: the whole number is unavailable for about a minute, so every
             # worker stops sending from it (a sender pause) and the message waits without spending an attempt.
@@ -133,3 +140,22 @@ def may_be_the_token(result: SendResult, decision: Decision) -> bool:
     if decision.action is not Action.PAUSE_SENDER and result.http_status != 401:
         return False
     return decision.code not in ACCOUNT_BROKEN
+
+
+# --- uploads of outbound media (POST /{phone-number-id}/media, worker/_uploads.py) ----------------------------------
+
+def classify_upload(result: SendResult, media_id: int) -> tuple[str | None, Decision]:
+    """Meta's media id from an upload's answer, or None and what to do with the message that needed it. Judged as a
+    send is (classify()), with one difference: an upload whose answer was lost sent nothing to the recipient, so it
+    is retried rather than left unknown (at worst Meta holds one more copy of the file)."""
+    body = result.body if isinstance(result.body, dict) else {}
+    status = result.http_status or 0
+    if result.failure is None and 200 <= status < 300:
+        meta_id = body.get("id")
+        if isinstance(meta_id, str) and meta_id:
+            return meta_id, Decision(Action.SENT, "uploaded")
+        return None, Decision(Action.RETRY, f"upload of file {media_id}: HTTP {status} without a media id")
+    decision = classify(result)
+    if decision.action is Action.UNKNOWN:
+        decision = Decision(Action.RETRY, decision.reason, code=decision.code, error=decision.error)
+    return None, dataclasses.replace(decision, reason=f"upload of file {media_id} failed: {decision.reason}")

@@ -30,13 +30,15 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from .. import logs, queries
+from .. import logs, number_health, queries, template_store, templates
 from ..config import ConfigError
 from ..events import envelope
-from ..metrics import InboundResult, WorkerMetrics
+from ..media_policy import ID_LIFETIME_SECONDS, media_of
+from ..metrics import InboundResult, SendOutcome, WorkerMetrics
 from ..queries import StatusApplied, WebhookEvent
 from ..retry import RetryPolicy
 from ..states import TimelineEvent, WebhookEventStatus
+from ._capabilities import apply_capability_updates
 
 log = logging.getLogger("wa_outbox.inbound")
 
@@ -182,8 +184,9 @@ def load_handlers(paths: tuple[str, ...]) -> list[Handler]:
 class InboundProcessor:
     def __init__(self, engine: sa.Engine, worker_id: str, handlers: list[Handler],
                  policy: RetryPolicy, lease_seconds: float, batch_size: int = 200,
-                 metrics: WorkerMetrics | None = None):
+                 metrics: WorkerMetrics | None = None, on_media: Callable[[], None] | None = None):
         self.engine = engine
+        self.on_media = on_media  # media rows were created: wake this worker's media fetcher (worker/_media.py)
         self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.worker_id = worker_id
         self.handlers = handlers
@@ -211,6 +214,17 @@ class InboundProcessor:
                 outcomes.update(self._apply_statuses(statuses))
             if messages:
                 outcomes.update(self._record_contacts(messages))
+            health = [e for e in handled if e.field in number_health.FIELDS]
+            if health:  # number quality, throughput and account state (issue 20)
+                outcomes.update(self._record_number_health(health))
+            template_changes = [e for e in events if e.kind == "change" and e.field in templates.FIELDS]
+            if template_changes:
+                outcomes.update(self._record_templates(template_changes))
+            capabilities = [e for e in handled if e.kind == "change" and e.field == "business_capability_update"]
+            if capabilities:  # the messaging limit of the WABA's portfolio (issue 20)
+                by_id = {e.id: e for e in capabilities}
+                outcomes.update({event_id: self._failure(by_id[event_id], error) for event_id, error in
+                                 apply_capability_updates(self.engine, capabilities).items()})
             envelopes = self._envelopes(handled) if self.handlers and handled else {}
             for event in handled:
                 if event.id in outcomes:  # its contact could not be recorded: retried, handlers then
@@ -250,6 +264,11 @@ class InboundProcessor:
         rows, failures = self._isolated(lambda text: queries.apply_statuses(self.engine, statuses=text), entries,
                                         "event_id")
         outcomes = {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
+        # A send whose answer was lost, settled as sent by its status webhook, is a send that succeeded: counted
+        # where the timeline records it (`reconciled`, states.SENT_EVENTS), once per message.
+        reconciled = len({row.notification_id for row in rows if row.reconciled})
+        if reconciled:
+            self.metrics.count("wa_outbox_sends_total", reconciled, outcome=SendOutcome.SENT, code="none")
         narrate = logs.events.isEnabledFor(logging.DEBUG)
         for row in sorted(rows, key=lambda r: r.event_id) if narrate else rows:  # narrated in arrival order
             event_id, disposition = row.event_id, row.disposition
@@ -269,13 +288,61 @@ class InboundProcessor:
 
     def _record_contacts(self, messages: list[WebhookEvent]) -> dict[int, dict]:
         """Open the 24-hour windows; return the failure outcomes of the events whose contact could not be stored."""
-        entries = [{**contact_of(e), "event_id": e.id} for e in messages]
+        entries = [{**contact_of(e), "event_id": e.id, "wamid": e.wamid,
+                    **(media_of(_first_item(e.payload, "messages")) or {})} for e in messages]
+
+        created = 0
 
         def record(text: str) -> list[StatusApplied]:
-            queries.record_inbound_messages(self.engine, messages=text)
+            nonlocal created
+            created += queries.record_inbound_messages(self.engine, messages=text, id_lifetime=ID_LIFETIME_SECONDS)
             return []
         _, failures = self._isolated(record, entries, "event_id")
+        if created and self.on_media is not None:
+            self.on_media()
         by_id = {e.id: e for e in messages}
+        return {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
+
+    def _record_number_health(self, changes: list[WebhookEvent]) -> dict[int, dict]:
+        """Store what quality and account updates say of their numbers (record_number_health.sql, one statement);
+        return the failure outcomes of the events that could not be stored (retried, handlers then)."""
+        entries = [entry for e in changes
+                   if (entry := number_health.health_update(e.field, e.payload.get("value"), e.id)) is not None]
+
+        def record(text: str) -> list[StatusApplied]:
+            for row in queries.record_number_health(self.engine, entries=text):
+                if row.paced_mps is not None:
+                    log.info("sender %s: Meta's throughput is now %g messages/s; its pacing follows",
+                             row.phone_number_id, row.paced_mps)
+            return []
+        if not entries:
+            return {}
+        _, failures = self._isolated(record, entries, "event_id")
+        by_id = {e.id: e for e in changes}
+        return {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
+
+    def _record_templates(self, changes: list[WebhookEvent]) -> dict[int, dict]:
+        """Keep the templates table current and act on the messages of templates whose status changed
+        (template_store.apply_changes); return the failure outcomes of the events that could not be recorded."""
+        entries = []
+        for event in changes:
+            time = event.payload.get("time") if isinstance(event.payload, dict) else None
+            change = templates.webhook_change(event.id, event.field, event.payload, entry_time=time)
+            if change is not None:
+                entries.append(change.as_json())
+
+        def record(text: str) -> list[StatusApplied]:
+            applied = template_store.apply_changes(
+                self.engine, [templates.TemplateChange(**e) for e in json.loads(text)],
+                actor=f"worker {self.worker_id}")
+            for reason, held in applied.held_by.items():
+                self.metrics.count("wa_outbox_template_holds_total", held, reason=reason)
+            if applied.dead:
+                self.metrics.count("wa_outbox_template_dead_letters_total", applied.dead)
+                self.metrics.count("wa_outbox_dead_letters_total", applied.dead, queue="notifications")
+            return []
+        _, failures = self._isolated(record, entries, "event_id") if entries else ([], {})
+        by_id = {e.id: e for e in changes}
         return {event_id: self._failure(by_id[event_id], error) for event_id, error in failures.items()}
 
     def _isolated(self, run: Callable[[str], list[StatusApplied]], entries: list[dict],

@@ -7,6 +7,7 @@ from typing import Any
 from ..queries import Claimed  # claim_notifications.sql's row
 from ..retry import RetryPolicy
 from ..states import MessageStatus as S, TimelineEvent as E
+from ..templates import UNREGISTERED_PAUSE_SECONDS
 from ._classify import Action, Decision
 
 
@@ -30,6 +31,12 @@ def outcome(row: Claimed, decision: Decision, policy: RetryPolicy, elapsed_ms: f
         return _entry(row, S.UNKNOWN, E.UNKNOWN, {**detail, "reason": decision.reason}, error=error)
     if decision.action is Action.DEAD:
         return _entry(row, S.DEAD, E.DEAD, {**detail, "reason": decision.reason, "code": decision.code}, error=error)
+    if decision.action is Action.HOLD_TEMPLATE:
+        # Its template is paused: the worker has held it with the rest of its template (template_store.refused), so
+        # this entry matches nothing; for a sender outside the registry (no template row to hold by) it waits out
+        # Meta's first pause without spending the attempt.
+        return _entry(row, S.QUEUED, E.TEMPLATE_HELD, {**detail, "reason": decision.reason, "code": decision.code},
+                      error=error, delay=UNREGISTERED_PAUSE_SECONDS, refund=True)
     if decision.action in (Action.THROTTLE_SENDER, Action.PAUSE_SENDER, Action.PAIR_LIMIT):
         event = {Action.THROTTLE_SENDER: E.THROTTLED, Action.PAUSE_SENDER: E.SENDER_PAUSED,
                  Action.PAIR_LIMIT: E.PAIR_LIMITED}[decision.action]

@@ -36,14 +36,17 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
-from .. import logs, queries
+from .. import logs, queries, template_store, templates
 from ..config import ConfigError, Settings, scrub
+from ..messages import upload_of
 from ..metrics import WorkerMetrics, send_outcome
 from ..retry import RetryPolicy, backoff_seconds
 from ._classify import (
+    ACCOUNT_BROKEN,
     BROKEN_SENDER_PAUSE_SECONDS,
     CAMPAIGN_PAUSING,
     Action,
@@ -54,7 +57,8 @@ from ._classify import (
 )
 from ._outcomes import Claimed, outcome, released, request_body
 from ._tokens import Tokens
-from ._transport import Transport
+from ._transport import SlotMissed, Transport
+from ._uploads import Prepared, Uploads
 
 log = logging.getLogger("wa_outbox.worker")
 
@@ -69,11 +73,28 @@ SLOT_HORIZON = 0.5
 # latency (the rest of the statement, its commit, the reply), so its rows reach their threads before their slot
 # even on a busy machine. An idle sender's first message waits this long; a busy sender's schedule is ahead anyway.
 SLOT_LEAD = 0.05
-# A row whose thread wakes more than this after its slot (the machine was starved) is given back rather than sent
-# late: sends 20 slots after it are 1.5 % of a second further, so a send 15 ms late may make mps + 1 in a second,
-# which Meta refuses with 130429 and a pause of seconds; a slot left unused costs 1/rate. (A row whose claim answered
-# after its slot had passed, a claim slower than SLOT_LEAD, goes at once: giving it back would only repeat that.)
+# Slots reserved ahead of a claim (a drain) start after the whole claim: its moving average of seconds taken, times
+# this margin, plus AHEAD_LEAD_MIN, and never more than SLOT_LEAD (`ahead_lead`). Not capped at one slot interval:
+# capped, at a rate above 1 / claim time nearly every claimed row reached its thread after its slot and was re-slotted.
+AHEAD_LEAD_MARGIN = 1.5
+AHEAD_LEAD_MIN = 0.002
+# A re-slotted send's thread is awake and waits only for one short statement (one slot, reserve_slots_ahead).
+RESLOT_LEAD = 0.005
+# The promise: never more than the rate in any sliding second at Meta's end. The schedule keeps it for sends made at
+# their slots (mps + 1 consecutive slots span 1.015 s: 15 ms of margin for the delay from slot to arrival); a send
+# made late is what breaks it: a stall of the machine (tens of ms on a loaded one) holds back several sends, which
+# then go together, closer to the sends after them than their slots are. So the sender, which alone knows when a
+# request actually goes, checks at the last moment (the transport, just before the request is written: SlotMissed):
+# a send more than this after its slot is not made late but re-slotted: it takes a new slot from the shared schedule
+# (the schedule's end, or now if the schedule is idle: `_reslot`) and waits for that one; its old slot stays unused
+# (1/rate of capacity). The same for a row whose claim answered after its slot had passed.
 LATE_SEND_LIMIT = 0.010
+# A send thread wakes this long before its slot: a thread's wake-up comes late on a busy machine (the process must be
+# scheduled, the thread get the GIL: milliseconds), so aiming a little early keeps more sends inside the window
+# [slot - SLOT_WAKE_EARLY, slot + LATE_SEND_LIMIT] the promise needs (14 ms wide, under the schedule's 15.2 ms).
+SLOT_WAKE_EARLY = 0.004
+# A send whose new slot also slips this many times is given back (queued, attempt not counted, due at once).
+RESLOT_TRIES = 3
 CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
 LATENCY_WEIGHT = 0.2        # weight of the newest claim or send in their moving averages of seconds taken
 
@@ -83,6 +104,14 @@ def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, cla
     a trickle at a low rate, whose claims must stay on time) and sends take less time than a claim."""
     return (in_flight >= min_claim and send_seconds is not None and claim_seconds is not None
             and send_seconds < claim_seconds)
+
+
+def ahead_lead(claim_seconds: float | None) -> float:
+    """How far ahead the first slot reserved before a claim lies: past the claim's expected end (its moving
+    average, with a margin), so its rows reach their threads before their slots; SLOT_LEAD before any claim."""
+    if claim_seconds is None:
+        return SLOT_LEAD
+    return min(SLOT_LEAD, max(AHEAD_LEAD_MIN, claim_seconds * AHEAD_LEAD_MARGIN + AHEAD_LEAD_MIN))
 
 
 def moving_average(average: float | None, seconds: float) -> float:
@@ -168,6 +197,7 @@ class Sender:
         self.tokens = tokens or Tokens(engine, settings, poll=not settings.listen)
         self.metrics = metrics or WorkerMetrics()  # counted here, written to Postgres with the heartbeat
         self.transport = transport
+        self.uploads = Uploads(engine, transport, settings, metrics=self.metrics)  # outbound files, once per sender
         self.settings = settings
         self.worker_id = worker_id
         self.policy = policy
@@ -182,6 +212,9 @@ class Sender:
         self._outcomes: queue.Queue[tuple[Claimed, Decision | None, dict]] = queue.Queue()  # None: released unsent
         self._slots = threading.Condition()     # wakes rows waiting for their slot: a halt, or stopping
         self._halted: dict[str, tuple[float, float]] = {}  # sender -> (halted at, until), time.monotonic()
+        # (template name, language) -> when a send of it was refused as paused or disabled (time.monotonic()): rows
+        # of it claimed before then and still waiting for their slot go back unsent (the claim then holds them)
+        self._halted_templates: dict[tuple[str, str], float] = {}
         self._releasing = False                 # stopping: rows still waiting for their slot go back unsent
         self._clock_offset = 0.0                # the database's clock minus ours (seconds)
         self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
@@ -195,7 +228,8 @@ class Sender:
         # Python's default thread switch interval (5 ms) stays: a 1 ms one took about a fifth off full drains and
         # did not make slots more punctual (80/s, 4 workers: slot to arrival p99 2.2 ms with 5 ms, 4.9 ms with 1 ms).
         self.claim_rounds = 0                   # claim statements run (a signal for tests: "it has claimed again")
-        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0, "released": 0}
+        self.stats = {"claimed": 0, "sent": 0, "retry": 0, "dead": 0, "unknown": 0, "throttled": 0, "released": 0,
+                      "reslotted": 0}
 
     # --- producer (runs on the worker's main thread) ------------------------------------------------------------
 
@@ -287,7 +321,7 @@ class Sender:
             self.engine, senders=everyone, wanted=[limit if s in senders else 0 for s in everyone],
             unused=[self._unused.get(s, (0, None))[0] for s in everyone],
             reserved_at=[self._unused.get(s, (0, None))[1] for s in everyone],
-            default_mps=self.settings.rate_limit_mps, lead=SLOT_LEAD, horizon=SLOT_HORIZON)
+            default_mps=self.settings.rate_limit_mps, lead=ahead_lead(self._claim_seconds), horizon=SLOT_HORIZON)
         self._unused = {}
         return [row for row in rows if row.phone_number_id in senders]
 
@@ -307,7 +341,9 @@ class Sender:
             self.engine, limit=limit, worker_id=self.worker_id, lease_seconds=self.settings.lease_seconds,
             default_mps=self.settings.rate_limit_mps, **{**claim_pacing(self.settings),
             "reserved": json.dumps([grant.as_json() for grant in reserved], default=str), "after": self._walk_after})
+        self.uploads.prefetch(rows)  # the Meta ids of their files, per sender: one statement, none without files
         claimed_senders = [row.phone_number_id for row in rows]
+        rows = self._hold_by_template(rows)
         self._reserve_for, self._unused = next_reservations(reserved, claimed_senders, limit)
         self._walk_after = next_walk_start(self._walk_after, claimed_senders)
         if self._unused:
@@ -320,6 +356,28 @@ class Sender:
                 logs.events.debug("message %s sending (attempt %d)", row.id, row.attempts,
                                   extra={"notification_id": row.id, "correlation_id": row.correlation_id})
         return rows
+
+    def _hold_by_template(self, rows: list[Claimed]) -> list[Claimed]:
+        """The claimed rows less those whose template is known to be paused, not approved (held) or disabled
+        (dead): one statement for the batch, run only when it has template messages. (Raises with the database
+        away: the claim counts as failed and its rows are given back, release_unsent_claims.)"""
+        ids = [row.id for row in rows if templates.template_of(row.message) is not None]
+        if not ids:
+            return rows
+        moved = queries.hold_claimed_templates(self.engine, ids=ids, worker_id=self.worker_id,
+                                               **templates.held_words())
+        if not moved:
+            return rows
+        gone = {m.id for m in moved}
+        for m in moved:
+            if m.action == "dead":
+                self.metrics.count("wa_outbox_template_dead_letters_total")
+                self.metrics.count("wa_outbox_dead_letters_total", queue="notifications")
+            else:
+                self.metrics.count("wa_outbox_template_holds_total", reason=m.action)
+        log.info("%d claimed messages taken back for their template (held or disabled)", len(gone),
+                 extra={"notification_ids": sorted(gone)[:100]})
+        return [row for row in rows if row.id not in gone]
 
     def release_unsent_claims(self) -> list[int]:
         """Give back the rows `sending` under this worker's lease that it does not hold: a claim whose reply was lost.
@@ -347,14 +405,15 @@ class Sender:
 
     # --- a send (runs on a send thread) --------------------------------------------------------------------------
 
-    def _wait_for_slot(self, row: Claimed, claim_started: float) -> tuple[str, float] | None:
-        """Sleep until the row's send slot. None: send it now. Or (why, seconds): give it back unsent, due again in
-        that many seconds: its sender was halted after it was claimed (throttled or paused: the rest of its
-        schedule would draw the same answer), the worker is stopping, or it woke too late for its slot."""
+    def _wait_for_slot(self, row: Claimed, claim_started: float,
+                       send_at: float | None) -> tuple[str, float] | None:
+        """Sleep until the send slot `send_at` (the database's clock; None: at once). None: send it now (whether it is
+        still on time is judged just before the request: `_send_in_slot`). Or (why, seconds): give it back unsent,
+        due again in that many seconds: its sender was halted after it was claimed (throttled or paused: the rest
+        of its schedule would draw the same answer), or the worker is stopping."""
         deadline = time.monotonic()
-        if row.send_at is not None:
-            deadline += row.send_at - self._clock_offset - time.time()
-        waited = deadline > time.monotonic()
+        if send_at is not None:
+            deadline += send_at - self._clock_offset - time.time() - SLOT_WAKE_EARLY
         with self._slots:
             while True:
                 if self._releasing:
@@ -363,12 +422,56 @@ class Sender:
                 if halt is not None and halt[0] >= claim_started:
                     return "its sender was throttled or paused before its send slot", \
                         max(0.0, halt[1] - time.monotonic())
+                if self._halted_templates and self._template_halted(row, claim_started):
+                    return "its template was refused (paused or disabled) before its send slot", 0.0
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    if waited and -left > LATE_SEND_LIMIT:
-                        return f"woke {-left * 1000:.0f} ms after its send slot (too late to keep the rate)", 0.0
                     return None
                 self._slots.wait(left)
+
+    def _send_in_slot(self, row: Claimed, token: str | None, claim_started: float,
+                      body: dict[str, Any]) -> tuple[SendResult, float | None] | tuple[str, float]:
+        """Send the row if the request can go within LATE_SEND_LIMIT of its slot; else re-slot it (`_reslot`) and
+        try at the new slot, up to RESLOT_TRIES times. (the result, the slot it went in when re-slotted, else None)
+        or (why, seconds): give it back unsent."""
+        send_at, reslotted = row.send_at, None
+        for _ in range(RESLOT_TRIES):
+            not_after = None if send_at is None else send_at - self._clock_offset + LATE_SEND_LIMIT
+            try:
+                return self.transport.send(row.phone_number_id, body, token, not_after=not_after), reslotted
+            except SlotMissed as missed:
+                self.stats["reslotted"] += 1
+                self.metrics.count("wa_outbox_sends_reslotted_total")
+                log.debug("message %s: its send slot slipped %.0f ms: re-slotted", row.id,
+                          (missed.late_seconds + LATE_SEND_LIMIT) * 1000, extra={"notification_id": row.id})
+                send_at = reslotted = self._reslot(row.phone_number_id)
+                if send_at is None:
+                    return "its send slot slipped and its sender's schedule has no slot within the horizon", 0.0
+                give_back = self._wait_for_slot(row, claim_started, send_at)
+                if give_back is not None:
+                    return give_back
+        return f"its send slot slipped {RESLOT_TRIES} times (too late to keep the rate)", 0.0
+
+    def _reslot(self, sender: str) -> float | None:
+        """A new send slot for one row of `sender`, from the shared schedule (reserve_slots_ahead.sql, one slot): its
+        end, or RESLOT_LEAD from now when it is idle. None: none within the horizon (the sender
+        is paused, or the database is away)."""
+        try:
+            grants = queries.reserve_slots_ahead(
+                self.engine, senders=[sender], wanted=[1], unused=[0], reserved_at=[None],
+                default_mps=self.settings.rate_limit_mps, lead=RESLOT_LEAD, horizon=SLOT_HORIZON)
+        except Exception as exc:  # noqa: BLE001 - the database is away: the row is given back
+            log.debug("re-slotting a send of %s failed: %s", sender, one_line(exc))
+            return None
+        grant = grants[0] if grants else None
+        if grant is None or not grant.granted or grant.paused or grant.slots_from is None or not grant.refill:
+            return None
+        return grant.slots_from.timestamp() + max(0.0, 1 - (grant.level or 0.0)) / grant.refill
+
+    def _template_halted(self, row: Claimed, claim_started: float) -> bool:
+        key = templates.template_of(row.message)
+        halted = self._halted_templates.get(key) if key is not None else None
+        return halted is not None and halted >= claim_started
 
     def _halt(self, sender: str, seconds: float) -> None:
         """Rows of `sender` from claims this worker started until now, still waiting for their slot, go back unsent.
@@ -393,13 +496,19 @@ class Sender:
                 self._halt(words[1], seconds)
 
     def _send(self, row: Claimed, claim_started: float) -> None:
-        give_back = self._wait_for_slot(row, claim_started)
+        prepared = self._prepare(row)  # a file to upload first: before the slot, so the send still keeps it
+        if prepared is None:
+            return
+        # An upload refused sends nothing: its outcome is recorded at once, without waiting for the slot. A send
+        # that waited for its upload past its slot is re-slotted just before its request (_send_in_slot).
+        give_back = None if prepared.refused is not None else self._wait_for_slot(row, claim_started, row.send_at)
         if give_back is not None:
             self._outcomes.put((row, None, released(row, *give_back)))
             with self._lock:
                 self._in_flight -= 1
             self.wake.set()
             return
+        reslotted: float | None = None
         try:
             token = None if self.settings.dry_run else self.tokens.get(row.phone_number_id)
         except ConfigError as exc:  # no token to send with (its --token-ref variable unset, no key): pause the sender
@@ -415,10 +524,21 @@ class Sender:
             return
         else:
             try:
-                result = self.transport.send(row.phone_number_id, request_body(row), token)
-                decision = classify(result)
-                if may_be_the_token(result, decision):
-                    result, decision = self._with_new_token(row, token, result, decision)
+                if prepared.refused is not None:  # its file's upload failed: judged as a send would be
+                    result, decision = SendResult(elapsed_ms=prepared.elapsed_ms), prepared.refused
+                else:
+                    body = prepared.body if prepared.body is not None else request_body(row)
+                    sent = self._send_in_slot(row, token, claim_started, body)
+                    if isinstance(sent[0], str):  # not sent: its slot slipped, and no new one could be kept
+                        self._outcomes.put((row, None, released(row, sent[0], float(sent[1] or 0.0))))
+                        with self._lock:
+                            self._in_flight -= 1
+                        self.wake.set()
+                        return
+                    result, reslotted = sent
+                    decision = classify(result)
+                    if may_be_the_token(result, decision):
+                        result, decision = self._with_new_token(row, token, result, decision, body)
             except Exception as exc:  # a bug of ours mid-send: we cannot know what went out
                 log.exception("send crashed", extra={"notification_id": row.id, "correlation_id": row.correlation_id})
                 result, decision = SendResult(), Decision(Action.UNKNOWN,
@@ -433,18 +553,27 @@ class Sender:
                 self._pause(row, decision)  # now, not with the batch: every worker's next claim must see it
             except Exception as exc:  # noqa: BLE001 - the database is away: the outcome still waits out the pause
                 log.warning("pausing sender %s failed: %s", row.phone_number_id, one_line(exc))
+        template_status = templates.refusal_status(decision.code)
+        if template_status is not None:
+            self._template_refused(row, decision, template_status)
         if decision.code in CAMPAIGN_PAUSING:
             try:
                 self._pause_campaign(row, decision)  # before the outcome: the retry it records stays parked
             except Exception as exc:  # noqa: BLE001 - the database is away: the message still waits out its retry
                 log.warning("pausing the campaign of notification %s failed: %s", row.id, one_line(exc))
-        self._outcomes.put((row, decision, outcome(row, decision, self.policy, result.elapsed_ms)))
+        entry = outcome(row, decision, self.policy, result.elapsed_ms)
+        if reslotted is not None:  # the slot it went in, on its timeline (bench/pacing.py measures from it)
+            entry["detail"]["send_at"] = reslotted
+        if result.request_at is not None and row.send_at is not None:
+            # when the request went, in the database's clock: the pacing promise is kept on these moments
+            entry["detail"]["request_at"] = round(result.request_at + self._clock_offset, 4)
+        self._outcomes.put((row, decision, entry))
         with self._lock:
             self._in_flight -= 1
         self.wake.set()
 
     def _with_new_token(self, row: Claimed, token: str | None, result: SendResult,
-                        decision: Decision) -> tuple[SendResult, Decision]:
+                        decision: Decision, body: dict | None = None) -> tuple[SendResult, Decision]:
         """A send refused for what may be its token: read the sender's token again; if it changed since (a rotation),
         send once more with the new one (the refusal sent nothing), else the refusal stands (the sender is paused).
         Costs a query only after such a refusal."""
@@ -458,8 +587,38 @@ class Sender:
         log.info("sender %s's token changed since this worker read it: message %s sent again with the new one",
                  row.phone_number_id, row.id, extra={"notification_id": row.id, "phone_number_id": row.phone_number_id,
                                                      "correlation_id": row.correlation_id})
-        result = self.transport.send(row.phone_number_id, request_body(row), fresh)
+        result = self.transport.send(row.phone_number_id, request_body(row) if body is None else body, fresh)
         return result, classify(result)
+
+    def _prepare(self, row: Claimed) -> Prepared | None:
+        """The row's body with Meta's media id for the file it names, uploading the file for its sender first if
+        need be (worker/_uploads.py); a row without a file costs nothing here. None: the row was given back unsent
+        (the database's trouble). Without a token the body is returned as is: the send then pauses the sender."""
+        body = request_body(row)
+        if upload_of(row.message) is None or self.settings.dry_run:  # a dry run uploads nothing, records no id
+            return Prepared(body)
+        try:
+            token = self.tokens.get(row.phone_number_id)
+            prepared = self.uploads.prepare(row, body, token)
+            if prepared.refused is not None and prepared.refused.action is Action.PAUSE_SENDER \
+                    and prepared.refused.code not in ACCOUNT_BROKEN:
+                # Refused for what may be its token, as a send can be (_with_new_token): with a token rotated since,
+                # once more with the new one.
+                fresh = self.tokens.refresh(row.phone_number_id)
+                if fresh is not None and fresh != token:
+                    prepared = self.uploads.prepare(row, body, fresh)
+            return prepared
+        except ConfigError as exc:  # no token: the send below pauses the sender, as for any message
+            log.debug("no token to upload with for sender %s: %s", row.phone_number_id, exc)
+            return Prepared(body)
+        except Exception as exc:  # noqa: BLE001 - the database is away: back to the queue, unsent
+            log.warning("preparing the file of message %s failed: %s", row.id, one_line(exc),
+                        extra={"notification_id": row.id, "correlation_id": row.correlation_id})
+            self._outcomes.put((row, None, released(row, f"its file could not be uploaded: {one_line(exc)}", 1.0)))
+            with self._lock:
+                self._in_flight -= 1
+            self.wake.set()
+            return None
 
     # --- recorder (runs on its own thread) -----------------------------------------------------------------------
 
@@ -538,6 +697,37 @@ class Sender:
             "sender %s paused for %.0f s: %s", row.phone_number_id, decision.wait_seconds or 1.0, decision.reason,
             extra={"alert": "sender_paused" if decision.alert else None, "phone_number_id": row.phone_number_id,
                    "correlation_id": row.correlation_id})
+
+    def _template_refused(self, row: Claimed, decision: Decision, status: str) -> None:
+        """A send refused for its template (132015 paused, 132016 disabled): before the outcome (and before this
+        thread is free for the next claim), record the template's status and hold or dead-letter, in one statement,
+        every queued message of it, this one included; rows of it waiting for their slot here go back unsent."""
+        key = templates.template_of(row.message)
+        if key is None:
+            return
+        with self._slots:
+            self._halted_templates[key] = time.monotonic()
+            self._slots.notify_all()
+        try:
+            applied = template_store.refused(
+                self.engine, phone_number_id=row.phone_number_id, name=key[0], language=key[1], status=status,
+                reason=decision.reason, notification_id=row.id, worker_id=self.worker_id,
+                actor=f"worker {self.worker_id}")
+        except Exception as exc:  # noqa: BLE001 - the database is away: the outcome still applies (waits or dead)
+            log.warning("recording template %s (%s) as %s failed: %s", key[0], key[1], status, one_line(exc))
+            return
+        if applied is None:
+            return
+        if applied.held:
+            self.metrics.count("wa_outbox_template_holds_total", applied.held, reason="template_paused")
+        if applied.dead:
+            self.metrics.count("wa_outbox_template_dead_letters_total", applied.dead)
+            if applied.dead > 1:  # the refused one is counted with its outcome
+                self.metrics.count("wa_outbox_dead_letters_total", applied.dead - 1, queue="notifications")
+        log.warning("template %s (%s) %s (%s): %d messages held, %d dead", key[0], key[1], status.lower(),
+                    decision.code, applied.held, applied.dead,
+                    extra={"notification_id": row.id, "phone_number_id": row.phone_number_id,
+                           "correlation_id": row.correlation_id})
 
     def _pause_campaign(self, row: Claimed, decision: Decision) -> None:
         """A spam-limit or template-quality answer: pause the campaign this message belongs to (if any, and if it is

@@ -1,0 +1,74 @@
+"""The pacing promise where the machine stalls (issue 22): a send whose slot has slipped by the time its request
+would go is not sent late (which would crowd the sliding second of the sends after it) but re-slotted by the sender,
+which knows when it actually sends: the transport refuses the request past its deadline (SlotMissed, nothing on the
+wire), the row takes a new slot from the shared schedule and goes then, once, its attempt counted once. The stall is a
+test signal (a send thread held until its slot has passed), not a sleep."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.db.test_pacing import queue
+from tests.live import SENDER, running_worker, wait_for, worker_settings
+from wa_outbox.worker import _sender
+from wa_outbox.worker._sender import LATE_SEND_LIMIT
+from wa_outbox.worker._transport import GraphTransport, SlotMissed
+
+
+def test_the_transport_refuses_a_request_past_its_deadline_and_sends_nothing(sim):
+    transport = GraphTransport(sim.base_url, "test-access-token", pool_size=2)
+    body = {"messaging_product": "whatsapp", "to": "+5511900000001", "type": "text", "text": {"body": "x"}}
+    try:
+        with pytest.raises(SlotMissed) as missed:
+            transport.send(SENDER, body, not_after=time.time() - 0.02)
+        assert missed.value.late_seconds >= 0.02
+        assert sim.messages() == []  # nothing went on the wire
+        result = transport.send(SENDER, body, not_after=time.time() + 5)
+        assert result.http_status == 200 and len(sim.messages()) == 1
+        assert transport.send(SENDER, body).http_status == 200  # no deadline: as before
+    finally:
+        transport.close()
+
+
+def test_a_send_stalled_past_its_slot_is_re_slotted_not_sent_late(db, sender, sim, settings, run, monkeypatch):
+    assert run("ratelimit", "set", SENDER, "--mps", "5").exit_code == 0
+    held, release = threading.Event(), threading.Event()
+    real = _sender.request_body
+    stalled: list[int] = []
+
+    def stalling_body(row):
+        """The first send stalls (as a starved machine stalls a thread) until its slot is past the limit."""
+        if not stalled:
+            stalled.append(row.id)
+            held.set()
+            release.wait(30)
+        return real(row)
+    monkeypatch.setattr(_sender, "request_body", stalling_body)
+    ids = queue(db, 3)
+    with running_worker(worker_settings(settings, sim.base_url)) as worker:
+        assert held.wait(30), "no send started"
+        slot = db.execute("SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
+                          "WHERE notification_id = %s AND event = 'sending'", (stalled[0],)).fetchone()[0]
+        # the stall lasts until the database's clock is past the slot by more than the limit
+        wait_for(lambda: db.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+                 > slot + LATE_SEND_LIMIT + 0.05, what="the slot to slip")
+        release.set()
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="every message sent")
+        assert worker.sender.stats["reslotted"] >= 1
+    by_id = {int(m["biz_opaque_callback_data"]): m for m in sim.messages()}
+    assert sorted(by_id) == sorted(ids)  # each once
+    # The slot it went in: the new one on its `sent` event; or, had the new slot slipped too on this busy machine
+    # (RESLOT_TRIES times), it was given back and claimed again: its last claim's slot.
+    new_slot = db.execute(
+        "SELECT coalesce((SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
+        "                 WHERE notification_id = %(id)s AND event = 'sent' AND detail ? 'send_at'), "
+        "                (SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
+        "                 WHERE notification_id = %(id)s AND event = 'sending' ORDER BY id DESC LIMIT 1))",
+        {"id": stalled[0]}).fetchone()[0]
+    assert new_slot > slot + LATE_SEND_LIMIT  # a new slot, not the old one late
+    assert by_id[stalled[0]]["received_at"] >= new_slot - 0.005  # sent in it (same machine's clock), not before
+    assert db.execute("SELECT status, attempts FROM wa_outbox.notifications WHERE id = %s",
+                      (stalled[0],)).fetchone() == ("sent", 1)
