@@ -74,6 +74,24 @@ class HoldReason(enum.StrEnum):
     TEMPLATE_NOT_APPROVED = "template_not_approved"  # its template is pending, rejected or in appeal
 
 
+# What each hold means, in the words the CLI's `status` and the ops message page show beside it.
+HOLD_REASON_TEXT = {
+    HoldReason.MESSAGING_LIMIT: "its business portfolio's 24-hour messaging limit is used up: it goes when the "
+                                "oldest counted customer frees a unit (next attempt), or when the limit is raised",
+    HoldReason.TEMPLATE_PAUSED: "Meta paused its template: it goes when the template is approved again",
+    HoldReason.TEMPLATE_NOT_APPROVED: "its template is not approved (pending, rejected or in appeal): it goes when "
+                                      "the template is approved",
+}
+
+
+def hold_reason_text(reason: str) -> str:
+    """What a `hold_reason` means, in words (an unknown word, from a newer schema, as itself)."""
+    try:
+        return HOLD_REASON_TEXT[HoldReason(reason)]
+    except ValueError:
+        return reason
+
+
 class WebhookEventStatus(enum.StrEnum):
     """`webhook_events.status`: the inbound queue."""
     QUEUED = "queued"

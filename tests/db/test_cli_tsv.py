@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
@@ -59,3 +60,15 @@ def test_dlq_list_and_status_escape_the_reason(run, dead_with_tabs):
     found = run("status", "+5511987650001").stdout.splitlines()
     assert len(found) == 2
     assert read_tsv(found[1])[6] == "bad\tparam\nsecond line \\ end"
+
+
+def test_db_query_prints_infinite_dates_as_postgres_words(run, db):
+    # a message its template holds is due at 'infinity': `SELECT * FROM wa_outbox.notifications` must still print
+    result = run("db", "query", "SELECT 'infinity'::timestamptz AS due, '-infinity'::date AS d, "
+                                "'infinity'::timestamp AS ts, '2026-12-03 10:00+00'::timestamptz AS at")
+    assert result.exit_code == 0, result.output
+    *words, at = result.stdout.split("\n")[1].split("\t")
+    assert words == ["infinity", "-infinity", "infinity"]  # and a finite one as before:
+    assert datetime.fromisoformat(at) == datetime(2026, 12, 3, 10, tzinfo=UTC)
+    as_json = run("db", "query", "--json", "SELECT 'infinity'::timestamptz AS due")
+    assert as_json.exit_code == 0 and as_json.stdout.strip() == '{"due": "infinity"}'

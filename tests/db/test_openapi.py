@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import API_TOKEN
 from wa_outbox import __version__
-from wa_outbox.states import MessageStatus
+from wa_outbox.states import HoldReason, MessageStatus
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 TEXT = {"type": "text", "text": {"body": "Olá"}}
@@ -89,6 +89,7 @@ def test_path_parameters_are_declared():
 
 def test_the_documented_statuses_are_the_stored_words():
     assert document()["components"]["schemas"]["MessageStatus"]["enum"] == [s.value for s in MessageStatus]
+    assert document()["components"]["schemas"]["HoldReason"]["enum"] == [s.value for s in HoldReason]
 
 
 def test_served_without_a_token_with_the_package_version(client):

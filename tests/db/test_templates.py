@@ -207,3 +207,21 @@ def test_the_ops_page_shows_templates_with_their_held_messages_and_announced_cat
     section = page[page.index('id="templates"'):]
     section = section[:section.index("</table>")]
     assert TEMPLATE in section and "PAUSED" in section and "→ MARKETING" in section and "<td>1</td>" in section
+
+
+def test_a_held_message_says_what_holds_it_in_v1_the_cli_and_the_ops_page(app, db, client, engine, run, registered):
+    from tests.db.test_openapi import _Checker
+    from tests.db.test_ops import _login
+    nid = enqueue(db, to="+5511900000001", message=MESSAGE, phone_number_id=NUMBER)
+    deliver(client, engine, status("PAUSED", 100))
+    shown = _Checker(app)(client.get(f"/v1/messages/{nid}", headers=AUTH), 200)  # as the document says
+    assert (shown["status"], shown["hold_reason"]) == ("queued", "template_paused")
+    printed = run("status", str(nid))
+    assert printed.exit_code == 0 and "held (template_paused): Meta paused its template" in printed.output
+    _login(client)
+    page = client.get(f"/ops/messages/{nid}").get_data(as_text=True)
+    assert 'id="hold-reason"' in page and "Meta paused its template" in page
+    deliver(client, engine, status("APPROVED", 110))  # released: nothing holds it any more, and none says so
+    assert client.get(f"/v1/messages/{nid}", headers=AUTH).get_json()["hold_reason"] is None
+    assert "held (" not in run("status", str(nid)).output
+    assert 'id="hold-reason"' not in client.get(f"/ops/messages/{nid}").get_data(as_text=True)

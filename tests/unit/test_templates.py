@@ -161,3 +161,10 @@ def test_a_template_change_keeps_its_entry_time_for_ordering():
     assert change.ts == 1750000000
     body["entry"][0]["changes"][0]["field"] = "account_update"  # other fields: stored as before
     assert "time" not in split_payload(body)[0].payload
+
+
+def test_every_hold_reason_has_its_words():
+    from wa_outbox.states import HOLD_REASON_TEXT, hold_reason_text
+    assert set(HOLD_REASON_TEXT) == set(HoldReason)
+    assert hold_reason_text("messaging_limit").startswith("its business portfolio's 24-hour messaging limit")
+    assert hold_reason_text("a_newer_word") == "a_newer_word"

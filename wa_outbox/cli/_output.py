@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..messages import format_phone
+from ..states import hold_reason_text
 
 if TYPE_CHECKING:
     from ..queries import Notification
@@ -63,6 +64,8 @@ def _print_notification(n: Notification) -> None:
                + (f"/{n.max_attempts})" if n.max_attempts else ")"))
     click.echo(f"  to {format_phone(n.recipient)} from {n.phone_number_id}, wamid {n.wamid or '-'}, "
                f"correlation id {n.correlation_id or '-'}")
+    if n.hold_reason:  # queued, but held by more than its schedule: say by what, and when it goes
+        click.echo(f"  held ({n.hold_reason}): {hold_reason_text(n.hold_reason)}")
     if n.sent_at:  # the outcome first: how far it got, and when
         click.echo("  " + " · ".join(f"{word} {at:%Y-%m-%d %H:%M:%S}" for word, at in (
             ("sent", n.sent_at), ("delivered", n.delivered_at), ("read", n.read_at)) if at))

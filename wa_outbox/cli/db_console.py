@@ -60,6 +60,7 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
     # transaction block (VACUUM, CREATE INDEX CONCURRENTLY) work too.
     with connect(settings, autocommit=write, application_name="wa-outbox-cli") as conn:
         conn.read_only = not write
+        _print_infinite_dates(conn)
         with conn.cursor() as cursor:
             if inspected is not None and not write:
                 # Both in this connection's READ ONLY transaction, before the statement.
@@ -105,6 +106,22 @@ def db_query(ctx: click.Context, sql: str, write: bool, as_json: bool, statement
                     click.echo(_tsv(_cell(v, i in json_columns) for i, v in enumerate(row)))
         if not write:
             conn.rollback()
+
+
+def _print_infinite_dates(conn) -> None:
+    """Load the dates and timestamps `infinity` and `-infinity` (a message its template holds is due at 'infinity')
+    as those words, as psql prints them: Python's datetime has no such value, and the row would fail to print."""
+    from psycopg.types import datetime as dt
+
+    for name, base in (("date", dt.DateLoader), ("timestamp", dt.TimestampLoader),
+                       ("timestamptz", dt.TimestamptzLoader)):
+        class Infinite(base):  # type: ignore[valid-type,misc]
+            def load(self, data):
+                text = bytes(data)
+                if text in (b"infinity", b"-infinity"):
+                    return text.decode()
+                return super().load(data)
+        conn.adapters.register_loader(name, Infinite)
 
 
 @click.command("support-role")

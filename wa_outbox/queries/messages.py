@@ -35,6 +35,7 @@ class Notification:
     """One message with its timeline, as the API's GET /v1/messages/<id> and the ops message page show it."""
     id: int
     status: str
+    hold_reason: str | None  # states.HoldReason: what holds it while queued (NULL: nothing but its schedule)
     phone_number_id: str
     recipient: str
     message: dict[str, Any]

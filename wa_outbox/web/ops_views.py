@@ -48,6 +48,7 @@ from flask.sessions import SecureCookieSessionInterface
 from .. import campaigns, endpoints, ops, outbox, queries
 from ..config import DEV_API_TOKEN, Settings
 from ..messages import format_phone
+from ..states import hold_reason_text
 from . import auth_throttle, ops_sessions
 from .app_state import engine_of, settings_of
 
@@ -464,6 +465,12 @@ def _time(value: Any) -> str:
 def _phone(value: Any) -> str:
     """A phone number as the CLI prints it (messages.format_phone)."""
     return format_phone(value if value is None else str(value))
+
+
+@blueprint.app_template_filter("ops_hold_reason")
+def _hold_reason(value: str) -> str:
+    """What holds a queued message, as the CLI's `status` says it (states.hold_reason_text)."""
+    return hold_reason_text(value)
 
 
 @blueprint.app_template_filter("ops_rate")
