@@ -225,3 +225,25 @@ def test_a_drop_in_rating_is_counted_until_it_rises_again(client, db, engine, nu
     store(db, "phone_number_quality_update", quality("UNFLAGGED"), ago=5)
     process(engine)
     assert dropped() == {NUMBER: False}
+
+
+def test_the_ops_pages_senders_table_shows_each_numbers_health(client, db, engine, numbers):
+    from tests.db.test_ops import _login
+    store(db, "phone_number_quality_update", quality("FLAGGED", current_limit="TIER_10K", quality_rating="RED"))
+    store(db, "account_update", {"event": "ACCOUNT_RESTRICTION", "restriction_info": [
+        {"restriction_type": "RESTRICTED_BIZ_INITIATED_MESSAGING", "expiration": 4_000_000_000}]}, OTHER_WABA)
+    process(engine)
+    _login(client)
+    page = client.get("/ops").get_data(as_text=True)
+
+    def health_cell(number: str) -> str:
+        row = page[page.index(f'<tr data-sender="{number}">'):]
+        row = row[:row.index("</tr>")]
+        return row[row.index('<td class="health">'):]
+
+    flagged = health_cell(NUMBER)
+    assert "quality-red" in flagged and "flagged" in flagged and "TIER_10K" in flagged
+    assert "restricted" not in flagged
+    restricted = health_cell(ELSEWHERE)
+    assert "restricted</span> until 2096-" in restricted and "flagged" not in restricted
+    assert health_cell(SECOND).split(">", 1)[1].strip().startswith("—")  # nothing heard of it

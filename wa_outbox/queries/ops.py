@@ -104,6 +104,17 @@ class SenderRow:
     token_fingerprint: str | None
     from_environment: bool       # WHATSAPP_PHONE_NUMBER_ID, not registered
     registered: bool
+    # Its health as Meta last reported it (number_health.py; None / false: nothing heard yet).
+    quality_rating: str | None = None
+    flagged: bool = False
+    restricted: bool = False
+    restricted_until: datetime | None = None
+    ban_state: str | None = None
+    banned: bool = False         # Meta disabled, or is about to disable, its business account
+    messaging_limit_tier: str | None = None
+    throughput_level: str | None = None
+    follow_meta_throughput: bool = False
+    health_changed_at: datetime | None = None
 
 
 def ops_senders(engine: sa.Engine, *, environment_sender: str | None, environment_token_source: str | None,

@@ -4,7 +4,8 @@
 -- shared rate, the bucket it makes (bucket_shape: refill rate and capacity; burst NULL is the default pacing; mps
 -- NULL: no rate set, the workers' default), the tokens it holds now (refilled up to this moment, as reserve_slots()
 -- would; 0 while claims have reserved send slots ahead, which takes tokens before their time), and its pause with
--- the reason.
+-- the reason; and its health as Meta last reported it (number_health: quality, flag, restriction, ban, tier,
+-- throughput, whether its pacing follows Meta; NULLs and false for a number Meta has said nothing of).
 -- Safe to repeat: a read.
 WITH known AS (
     SELECT s.phone_number_id, s.alias, s.waba_id, b.app_id, b.portfolio_id,
@@ -27,8 +28,14 @@ SELECT coalesce(k.phone_number_id, r.phone_number_id) AS phone_number_id, k.alia
                             ELSE least(sh.capacity,
                                        r.tokens + extract(epoch FROM clock_timestamp() - r.refilled_at) * sh.refill)
                        END) END AS tokens,
-       coalesce(r.paused_until > now(), false) AS paused, r.paused_until, r.pause_reason, r.updated_at
+       coalesce(r.paused_until > now(), false) AS paused, r.paused_until, r.pause_reason, r.updated_at,
+       h.quality_rating, coalesce(h.flagged, false) AS flagged,
+       coalesce(wa_outbox.number_restricted(h.restrictions, h.restricted_until), false) AS restricted,
+       h.restricted_until, h.ban_state, coalesce(h.ban_state IN ('DISABLE', 'SCHEDULE_FOR_DISABLE'), false) AS banned,
+       h.messaging_limit_tier, h.throughput_level, coalesce(h.follow_meta_throughput, false) AS follow_meta_throughput,
+       greatest(h.quality_changed_at, h.account_changed_at) AS health_changed_at
 FROM known k
 FULL JOIN wa_outbox.rate_limits r ON r.phone_number_id = k.phone_number_id
 LEFT JOIN LATERAL wa_outbox.bucket_shape(r.mps, r.burst) sh ON r.phone_number_id IS NOT NULL
+LEFT JOIN wa_outbox.number_health h ON h.phone_number_id = k.phone_number_id
 ORDER BY 8 DESC, 1
