@@ -13,13 +13,14 @@ from urllib.parse import urlsplit
 import requests
 import sqlalchemy as sa
 
-from . import accounts, registry
+from . import accounts, queries, registry
 from .config import ConfigError, Settings
 from .template_store import Applied, apply_changes
-from .templates import TemplateChange, sync_change
+from .templates import TemplateChange, sync_change, vanished
 
 PAGE_SIZE = 100
 MAX_PAGES = 1000  # a listing that never ends (a broken `next`) stops here
+MAX_KNOWN = 1_000_000  # the known templates of one business account compared with the listing (all of them)
 
 
 class SyncError(Exception):
@@ -32,6 +33,7 @@ class Synced:
     pages: int
     templates: int
     applied: Applied
+    vanished: int = 0  # known templates the listing no longer has: recorded as DELETED
 
 
 def _token_for(engine: sa.Engine, settings: Settings, waba_id: str) -> str:
@@ -68,7 +70,7 @@ def sync(engine: sa.Engine, settings: Settings, waba_id: str, *, actor: str = "c
     changes: list[TemplateChange] = []
     pages, now = 0, int(time.time())
     origin = urlsplit(base)[:2]
-    while url is not None and pages < MAX_PAGES:
+    while url is not None and pages < MAX_PAGES:  # url None after the loop: the whole listing was read
         if urlsplit(url)[:2] != origin:  # the token goes only where the API is
             raise SyncError(f"paging.next points away from {settings.api_base_url}: stopped")
         try:
@@ -90,5 +92,10 @@ def sync(engine: sa.Engine, settings: Settings, waba_id: str, *, actor: str = "c
         paging = body.get("paging") if isinstance(body.get("paging"), dict) else {}
         following = paging.get("next")
         url, params = (following, None) if isinstance(following, str) and following and data else (None, None)
-    applied = apply_changes(engine, changes, actor=actor)
-    return Synced(waba_id=waba_id, pages=pages, templates=len(changes), applied=applied)
+    listed = len(changes)
+    gone: list[TemplateChange] = []
+    if url is None:  # read to its end: what it lacks was deleted at Meta
+        known = queries.templates_list(engine, waba_id=waba_id, limit=MAX_KNOWN)
+        gone = vanished(waba_id, ((t.name, t.language, t.status) for t in known), changes, now)
+    applied = apply_changes(engine, changes + gone, actor=actor)
+    return Synced(waba_id=waba_id, pages=pages, templates=listed, applied=applied, vanished=len(gone))

@@ -7,13 +7,15 @@ message_template_status_update): APPROVED and REINSTATED (unpaused) let its mess
 pauses a template for its quality, 3 h then 6 h, and answers 132015 meanwhile); PENDING, IN_APPEAL, REJECTED,
 LIMIT_EXCEEDED and ARCHIVED hold them as not approved (they would be refused); DISABLED dead-letters them with the
 reason `template_disabled` (132016: it will not come back). FLAGGED is still sendable (a warning before a pause).
-Any other word (DELETED, PENDING_DELETION, one Meta adds later) changes nothing: its messages go as before and
-Meta's answer decides, as for a template wa-outbox never heard of.
+Any other word (DELETED, PENDING_DELETION, one Meta adds later) holds nothing: messages it held go again (else a
+template deleted while paused would hold them for ever) and Meta's answer decides, as for a template wa-outbox never
+heard of. A template `templates sync` no longer finds in Meta's whole listing is recorded as DELETED (`vanished`).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +61,7 @@ def template_action(status: str | None) -> TemplateAction | None:
         return TemplateAction.HOLD_NOT_APPROVED
     if word in DISABLED:
         return TemplateAction.DEAD
-    return None
+    return TemplateAction.RELEASE if word else None  # a word that holds nothing lets go what was held
 
 
 def hold_reason(action: TemplateAction) -> HoldReason | None:
@@ -178,6 +180,22 @@ def webhook_change(event_id: int | None, field: str | None, payload: Any, waba_i
         return TemplateChange(**common, category=_word(value.get("new_category")), category_pending=correct,
                               category_change_at=at)
     return TemplateChange(**common, category=_word(value.get("new_category")))
+
+
+VANISHED_STATUS = "DELETED"
+VANISHED_REASON = "not in Meta's listing (templates sync)"
+
+
+def vanished(waba_id: str, known: Iterable[tuple[str, str, str | None]], listed: Iterable[TemplateChange],
+             now: int) -> list[TemplateChange]:
+    """The templates of `waba_id` wa-outbox knows (`known`: name, language, status) that Meta's whole listing
+    (`listed`) no longer has, as changes to DELETED (those already DELETED: none). Only for a listing read to its end:
+    a page not read would make its templates look deleted."""
+    seen = {(c.name, c.language) for c in listed}
+    return [TemplateChange(event_id=None, waba_id=waba_id, name=name, language=language, status=VANISHED_STATUS,
+                           reason=VANISHED_REASON, ts=now)
+            for name, language, status in known
+            if (name, language) not in seen and (status or "").upper() != VANISHED_STATUS]
 
 
 def sync_change(waba_id: str, item: Any, now: int) -> TemplateChange | None:

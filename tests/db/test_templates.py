@@ -167,14 +167,28 @@ def test_sync_reads_every_page_and_acts_on_what_it_finds(db, engine, run, monkey
         monkeypatch.setenv("WHATSAPP_API_BASE_URL", sim.base_url)
         done = run("templates", "sync", "--json")
         assert done.exit_code == 0, done.output
-        assert json.loads(done.output) == {"waba_id": WABA, "pages": 3, "templates": 231, "held": 1, "released": 0,
-                                           "dead": 0, "campaigns_paused": []}
+        assert json.loads(done.output) == {"waba_id": WABA, "pages": 3, "templates": 231, "vanished": 0, "held": 1,
+                                           "released": 0, "dead": 0, "campaigns_paused": []}
         assert sim.stats()["outcomes"]["templates_listed"] == 3
         assert db.execute("SELECT count(*), count(synced_at) FROM wa_outbox.templates").fetchone() == (231, 231)
         assert db.execute("SELECT hold_reason FROM wa_outbox.notifications WHERE id = %s", (nid,)).fetchone() == \
             ("template_paused",)
         components = db.execute("SELECT components FROM wa_outbox.templates WHERE name = 't000'").fetchone()[0]
         assert components == []
+        # deleted at Meta while paused: no longer listed, so recorded as DELETED, and its held message goes
+        admin_template(sim, status="DELETED")
+        admin_template(sim, name="t000", status="DELETED")
+        again = run("templates", "sync", "--json")
+        assert again.exit_code == 0, again.output
+        assert json.loads(again.output) == {"waba_id": WABA, "pages": 3, "templates": 229, "vanished": 2, "held": 0,
+                                            "released": 1, "dead": 0, "campaigns_paused": []}
+        gone = db.execute("SELECT name, status, reason FROM wa_outbox.templates WHERE status = 'DELETED' "
+                          "ORDER BY name").fetchall()
+        assert gone == [(TEMPLATE, "DELETED", "not in Meta's listing (templates sync)"),
+                        ("t000", "DELETED", "not in Meta's listing (templates sync)")]
+        assert db.execute("SELECT hold_reason, next_attempt_at <= now() FROM wa_outbox.notifications WHERE id = %s",
+                          (nid,)).fetchone() == (None, True)
+        assert json.loads(run("templates", "sync", "--json").output)["vanished"] == 0  # recorded once
         unknown = run("templates", "sync", "--waba", "777")
         assert unknown.exit_code == 1 and "no registered sender of WABA 777" in unknown.output
         monkeypatch.setenv("TEMPLATES_TEST_TOKEN", "a-wrong-token")

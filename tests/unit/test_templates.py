@@ -22,7 +22,10 @@ from wa_outbox.worker._classify import Action, SendResult, classify
     ("PENDING", t.TemplateAction.HOLD_NOT_APPROVED), ("REJECTED", t.TemplateAction.HOLD_NOT_APPROVED),
     ("IN_APPEAL", t.TemplateAction.HOLD_NOT_APPROVED), ("LIMIT_EXCEEDED", t.TemplateAction.HOLD_NOT_APPROVED),
     ("DISABLED", t.TemplateAction.DEAD),
-    ("DELETED", None), ("PENDING_DELETION", None), ("SOMETHING_NEW", None), (None, None), ("", None),
+    # a word that holds nothing lets go what was held (Meta's answer decides): a template deleted while paused
+    # would otherwise hold its messages for ever
+    ("DELETED", t.TemplateAction.RELEASE), ("PENDING_DELETION", t.TemplateAction.RELEASE),
+    ("SOMETHING_NEW", t.TemplateAction.RELEASE), (None, None), ("", None),
 ])
 def test_each_status_word_decides_what_its_messages_do(status, action):
     assert t.template_action(status) is action
@@ -39,7 +42,7 @@ def test_hold_reasons_are_the_schema_s_words():
     ("PAUSED", True, t.TemplateAction.HOLD_PAUSED),   # again, too: a held message is not held twice
     ("PAUSED", False, None),                          # a quality or category change moves no message
     ("DISABLED", True, t.TemplateAction.DEAD),
-    ("DELETED", True, None),                          # an unknown meaning: Meta's answer decides
+    ("DELETED", True, t.TemplateAction.RELEASE),      # holds nothing: what was held goes, Meta's answer decides
     (None, False, None),
 ])
 def test_a_batch_acts_on_the_status_it_said_something_of(status, news, action):
@@ -168,3 +171,17 @@ def test_every_hold_reason_has_its_words():
     assert set(HOLD_REASON_TEXT) == set(HoldReason)
     assert hold_reason_text("messaging_limit").startswith("its business portfolio's 24-hour messaging limit")
     assert hold_reason_text("a_newer_word") == "a_newer_word"
+
+
+def _listed(name: str, language: str = "en") -> t.TemplateChange:
+    return t.TemplateChange(event_id=None, waba_id="9101", name=name, language=language, status="APPROVED")
+
+
+def test_a_known_template_the_whole_listing_lacks_has_vanished():
+    known = [("a", "en", "APPROVED"), ("a", "pt_BR", "PAUSED"), ("b", "en", "DELETED"), ("c", "en", None)]
+    gone = t.vanished("9101", known, [_listed("a")], now=1_750_000_000)
+    assert [(g.name, g.language, g.status, g.reason, g.ts) for g in gone] == [
+        ("a", "pt_BR", "DELETED", t.VANISHED_REASON, 1_750_000_000),  # another language is another template
+        ("c", "en", "DELETED", t.VANISHED_REASON, 1_750_000_000)]     # "b" was already recorded as deleted
+    assert t.template_action(gone[0].status) is t.TemplateAction.RELEASE  # what it held goes
+    assert t.vanished("9101", known, [_listed("a"), _listed("a", "pt_BR"), _listed("c")], now=1) == []

@@ -73,7 +73,8 @@ def templates_show(name: str, language: str | None, waba_id: str | None, as_json
 def templates_sync(waba_ids: tuple[str, ...], as_json: bool) -> None:
     """Read each WABA's templates from Meta (GET /{waba-id}/message_templates, every page) with one of its senders'
     tokens, and record them: a template now paused holds its queued messages, one approved again releases them, one
-    disabled dead-letters them."""
+    disabled dead-letters them. A known template the whole listing no longer has is recorded as DELETED (its held
+    messages go, and Meta's answer decides)."""
     from .. import accounts
     from ..template_sync import SyncError, sync
     settings = _settings()
@@ -91,10 +92,13 @@ def templates_sync(waba_ids: tuple[str, ...], as_json: bool) -> None:
             continue
         a = done.applied
         if as_json:
-            _echo_json({"waba_id": waba, "pages": done.pages, "templates": done.templates, "held": a.held,
+            _echo_json({"waba_id": waba, "pages": done.pages, "templates": done.templates,
+                        "vanished": done.vanished, "held": a.held,
                         "released": a.released, "dead": a.dead, "campaigns_paused": a.campaigns_paused})
         else:
-            click.echo(f"WABA {waba}: {done.templates} templates ({done.pages} pages); messages held {a.held}, "
+            click.echo(f"WABA {waba}: {done.templates} templates ({done.pages} pages)"
+                       + (f", {done.vanished} no longer listed (DELETED)" if done.vanished else "")
+                       + f"; messages held {a.held}, "
                        f"released {a.released}, dead {a.dead}" +
                        (f"; campaigns paused: {', '.join(a.campaigns_paused)}" if a.campaigns_paused else ""))
     if failed:

@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-REFUSALS = {"PAUSED": 132015, "DISABLED": 132016}
+# 132001: "Template name does not exist in the translation" (a deleted template); 132015 paused; 132016 disabled.
+# https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes
+REFUSALS = {"PAUSED": 132015, "DISABLED": 132016, "DELETED": 132001}
 _IDS = itertools.count(1_300_000_000_000_000)
 STATUS_WORDS = {"APPROVED", "PAUSED", "DISABLED", "PENDING", "REJECTED", "REINSTATED", "FLAGGED", "IN_APPEAL",
                 "LIMIT_EXCEEDED", "ARCHIVED", "PENDING_DELETION", "DELETED"}
@@ -150,8 +152,8 @@ class TemplateBook:
     def page(self, waba: str, limit: int, after: str | None) -> tuple[list[dict[str, Any]], str | None]:
         """One page of `GET /{waba-id}/message_templates`: the templates after cursor `after`, and the cursor of the
         next page (None: this is the last)."""
-        with self._lock:
-            listed = [t.listed() for t in self._templates.values() if t.waba == waba]
+        with self._lock:  # a deleted template is no longer listed, as at Meta
+            listed = [t.listed() for t in self._templates.values() if t.waba == waba and t.status != "DELETED"]
         start = offset(after)
         page = listed[start:start + limit]
         more = start + limit < len(listed)
