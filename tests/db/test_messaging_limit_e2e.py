@@ -128,7 +128,8 @@ def test_a_portfolio_at_250_sends_250_and_every_reply_and_a_raise_to_2000_releas
                      "AND detail->>'reason' = 'messaging_limit_raised'") == CAMPAIGN - LIMIT
     assert count(db, "SELECT count(*) FROM wa_outbox.notifications WHERE status = 'dead'") == 0
     assert sum(1 for m in limited_sim.messages() if m["type"] == "template") == CAMPAIGN
-    assert limited_sim.stats()["messaging_limit"] == {"limit": 2000, "counted": CAMPAIGN, "over": 0}
+    assert limited_sim.stats()["messaging_limit"] == {"limit": 2000, "counted": CAMPAIGN, "over": 0,
+                                                       "portfolios": {}}
     shown = portfolios.portfolio(engine, PORTFOLIO)
     assert (shown.messaging_limit, shown.limit_source, shown.used, shown.held) == (2000, "webhook", CAMPAIGN, 0)
     events = [json.loads(json.dumps(r[0])) for r in db.execute(

@@ -90,8 +90,44 @@ def test_the_simulator_accepts_a_send_over_the_limit_then_fails_it_and_counts_it
     assert first.status == second.status == 200
     assert [m["over_messaging_limit"] for m in sim.messages()] == [False, True]
     stats = sim.stats()
-    assert stats["messaging_limit"] == {"limit": 1, "counted": 1, "over": 1}
+    assert stats["messaging_limit"] == {"limit": 1, "counted": 1, "over": 1, "portfolios": {}}
     assert stats["outcomes"]["over_messaging_limit"] == 1
     for bad in (-1, "x", True):
         with pytest.raises(ValueError):
             SimulatorConfig().updated({"messaging_limit": bad})
+
+
+def test_each_portfolio_has_its_own_limit_over_the_numbers_of_its_wabas():
+    from wa_outbox.simulator.config import SimulatorConfig
+    from wa_outbox.simulator.core import Simulator
+    config = SimulatorConfig().updated({
+        "numbers": {"5001": {"token": "a", "waba": "901"}, "5002": {"token": "b", "waba": "902"},
+                    "5003": {"token": "c", "waba": "903"}},
+        "portfolios": {"71": {"wabas": ["901", "902"], "messaging_limit": 1}, "72": {"wabas": ["903"]}},
+        "messaging_limit": 0})  # the default portfolio (every other number): none at all
+    sim = Simulator(access_token="t", app_secret="s", config=config)
+    sends = [("5001", "a", "5511900000001"), ("5002", "b", "5511900000002"),  # 71's second customer: over
+             ("5002", "b", "5511900000001"),                                  # 71's counted customer: goes
+             ("5003", "c", "5511900000003"), ("5003", "c", "5511900000004")]  # 72: unlimited
+    for number, token, to in sends:
+        body = {"messaging_product": "whatsapp", "to": to, "type": "template",
+                "template": {"name": "promo", "language": {"code": "en"}}}
+        assert sim.handle_send(number, f"Bearer {token}", json.dumps(body).encode()).status == 200
+    assert [m["over_messaging_limit"] for m in sim.messages()] == [False, True, False, False, False]
+    assert sim.stats()["messaging_limit"] == {
+        "limit": 0, "counted": 1, "over": 1,
+        "portfolios": {"71": {"limit": 1, "counted": 1, "over": 1}, "72": {"limit": None, "counted": 0, "over": 0}}}
+    assert config.portfolio_of("100000000000001") == ("", 0)  # the simulator's own number: the default portfolio
+    removed = config.updated({"portfolios": {"71": None}})
+    assert removed.portfolio_of("5001") == ("", 0) and set(removed.portfolios) == {"72"}
+
+
+@pytest.mark.parametrize("bad", [
+    {"71": {"wabas": "901"}}, {"71": {"wabas": ["x"]}}, {"71": {"wabas": [], "limit": 1}},
+    {"71": {"wabas": ["901"], "messaging_limit": -1}}, {"71": {"wabas": ["901"]}, "72": {"wabas": ["901"]}},
+    {"x": {"wabas": []}}, [],
+])
+def test_bad_portfolios_are_refused(bad):
+    from wa_outbox.simulator.config import SimulatorConfig
+    with pytest.raises(ValueError):
+        SimulatorConfig().updated({"portfolios": bad})

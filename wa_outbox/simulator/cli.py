@@ -71,8 +71,9 @@ def simulator_command(host: str, port: int, webhook_url: str | None, status_dela
             accounts = json.load(accounts_file)
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--accounts") from None
-        if not isinstance(accounts, dict) or set(accounts) - {"apps", "numbers", "messaging_limit"}:
-            raise click.BadParameter('expected {"apps": {…}, "numbers": {…}, "messaging_limit"?: N}',
+        if not isinstance(accounts, dict) or set(accounts) - {"apps", "numbers", "messaging_limit", "portfolios"}:
+            raise click.BadParameter('expected {"apps": {…}, "numbers": {…}, "messaging_limit"?: N, '
+                                     '"portfolios"?: {"ID": {"wabas": […], "messaging_limit"?: N}}}',
                                      param_hint="--accounts")
         options.update(accounts)
     try:

@@ -38,6 +38,13 @@ class Number:
 
 
 @dataclass(frozen=True)
+class Portfolio:
+    """A business portfolio: the business accounts (WABA ids) it owns share its messaging limit (None: unlimited)."""
+    wabas: tuple[str, ...]
+    messaging_limit: int | None = None
+
+
+@dataclass(frozen=True)
 class SimulatorConfig:
     # Status webhooks. Delays are offsets from acceptance, one per step (sent, delivered, read).
     webhook_url: str | None = None
@@ -68,9 +75,12 @@ class SimulatorConfig:
     # Media (simulator/media.py): a download URL from GET /{media-id} works this long (Meta: about 5 minutes).
     media_url_ttl_s: float = 300.0
     # The business portfolio's messaging limit over all its numbers (limits.py MessagingLimit; None: unlimited):
-    # unique customers reached with templates outside a service window per moving messaging_limit_window_s.
+    # unique customers reached with templates outside a service window per moving messaging_limit_window_s. Each of
+    # `portfolios` (keyed by portfolio id, merged by key as numbers are) has its own limit over the numbers of its
+    # WABAs; `messaging_limit` is the limit of the one portfolio every other number belongs to.
     messaging_limit: int | None = None
     messaging_limit_window_s: float = 86400.0
+    portfolios: Mapping[str, Portfolio] = field(default_factory=dict)
 
     def updated(self, changes: dict[str, Any]) -> SimulatorConfig:
         """A copy with `changes` (JSON-style values) applied; ValueError names the first bad key or value."""
@@ -78,13 +88,29 @@ class SimulatorConfig:
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ValueError(f"unknown config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        values: dict[str, Any] = {name: _merged(getattr(self, name), name, value) if name in ("apps", "numbers")
-                  else _coerce(name, value) for name, value in changes.items()}
+        values: dict[str, Any] = {name: _merged(getattr(self, name), name, value)
+                                  if name in ("apps", "numbers", "portfolios")
+                                  else _coerce(name, value) for name, value in changes.items()}
         updated = dataclasses.replace(self, **values)
         for number_id, number in updated.numbers.items():
             if number.app is not None and number.app not in updated.apps:
                 raise ValueError(f"number {number_id}'s app {number.app} is not among apps")
+        owners: dict[str, str] = {}
+        for portfolio_id, portfolio in updated.portfolios.items():
+            for waba in portfolio.wabas:
+                if owners.setdefault(waba, portfolio_id) != portfolio_id:
+                    raise ValueError(f"WABA {waba} is in portfolios {owners[waba]} and {portfolio_id}: a business "
+                                     "account belongs to one portfolio")
         return updated
+
+    def portfolio_of(self, phone_number_id: str) -> tuple[str, int | None]:
+        """The portfolio a number's messages count against (its WABA's; "" for the default one) and its limit."""
+        number = self.numbers.get(phone_number_id)
+        waba = number.waba if number is not None and number.waba else self.waba_id
+        for portfolio_id, portfolio in self.portfolios.items():
+            if waba in portfolio.wabas:
+                return portfolio_id, portfolio.messaging_limit
+        return "", self.messaging_limit
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as JSON, tokens and secrets shown only as whether they are set."""
@@ -92,6 +118,8 @@ class SimulatorConfig:
         shown["apps"] = {app_id: {"secret": "***"} for app_id in self.apps}
         shown["numbers"] = {number_id: {**dataclasses.asdict(n), "token": None if n.token is None else "***"}
                             for number_id, n in self.numbers.items()}
+        shown["portfolios"] = {pid: {"wabas": list(p.wabas), "messaging_limit": p.messaging_limit}
+                               for pid, p in self.portfolios.items()}
         return shown
 
     def secret_of(self, phone_number_id: str, default: str) -> str:
@@ -105,7 +133,8 @@ class SimulatorConfig:
 
 def _merged(current: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{name} must be an object keyed by {'app id' if name == 'apps' else 'phone number id'}")
+        keyed = {"apps": "app id", "numbers": "phone number id", "portfolios": "portfolio id"}[name]
+        raise ValueError(f"{name} must be an object keyed by {keyed}")
     merged = dict(current)
     for key, item in value.items():
         if not isinstance(key, str) or not key.isdigit():
@@ -113,7 +142,7 @@ def _merged(current: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]
         if item is None:
             merged.pop(key, None)
         else:
-            merged[key] = _app(key, item) if name == "apps" else _number(key, item)
+            merged[key] = {"apps": _app, "numbers": _number, "portfolios": _portfolio}[name](key, item)
     return merged
 
 
@@ -124,6 +153,16 @@ def _app(app_id: str, value: Any) -> App:
             or not value["secret"]:
         raise ValueError(f'apps: {app_id} must be {{"secret": "<the app secret>"}}')
     return App(value["secret"])
+
+
+def _portfolio(portfolio_id: str, value: Any) -> Portfolio:
+    if isinstance(value, Portfolio):
+        return value
+    wabas = value.get("wabas") if isinstance(value, Mapping) else None
+    if not isinstance(value, Mapping) or set(value) - {"wabas", "messaging_limit"} or not isinstance(wabas, list) \
+            or not all(isinstance(w, str) and w.isdigit() for w in wabas):
+        raise ValueError(f'portfolios: {portfolio_id} must be {{"wabas": ["<WABA id>", …], "messaging_limit"?: N}}')
+    return Portfolio(tuple(wabas), _coerce("messaging_limit", value.get("messaging_limit")))
 
 
 _NUMBER_KEYS = {"token", "app", "waba", "display_phone_number"}

@@ -145,9 +145,10 @@ class Simulator:
         with self._lock:
             limited = self._limits.admit(arrived_monotonic, phone_number_id, parsed.wa_id, config.mps,
                                          config.pair_limit)
+            portfolio, messaging_limit = config.portfolio_of(phone_number_id)
             within = limited is not None or self._messaging_limit.admit(
-                received_at, phone_number_id, parsed.wa_id, parsed.type == "template", config.messaging_limit,
-                config.messaging_limit_window_s)
+                received_at, phone_number_id, parsed.wa_id, parsed.type == "template", messaging_limit,
+                config.messaging_limit_window_s, portfolio)
             if not within:  # over the portfolio's messaging limit: accepted, then failed (limits.py)
                 failed_code = OVER_MESSAGING_LIMIT_CODE
                 self._outcomes["over_messaging_limit"] += 1
@@ -351,9 +352,13 @@ class Simulator:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             stats = {"requests": self._requests, "accepted": len(self._messages), "outcomes": dict(self._outcomes)}
-            stats["messaging_limit"] = {"limit": self._config.messaging_limit,
-                                        "counted": self._messaging_limit.counted(),
-                                        "over": self._messaging_limit.over}
+            # limit: the default portfolio's; counted and over: all portfolios'; then each configured portfolio's
+            stats["messaging_limit"] = {
+                "limit": self._config.messaging_limit, "counted": self._messaging_limit.counted(),
+                "over": self._messaging_limit.over,
+                "portfolios": {pid: {"limit": p.messaging_limit, "counted": self._messaging_limit.counted(pid),
+                                     "over": self._messaging_limit.over_of(pid)}
+                               for pid, p in self._config.portfolios.items()}}
         stats["webhooks"] = self.webhooks.stats()
         stats["uploads"] = self.uploads.stats()
         stats["media"] = self.media.stats()

@@ -75,39 +75,50 @@ OVER_MESSAGING_LIMIT_CODE = 131026
 
 
 class MessagingLimit:
-    """A business portfolio's messaging limit over every number of the simulator: unique customers reached with
-    templates outside a customer-service window (no message from them to that number in the window) in a moving
-    `window_s`. Not thread-safe on its own; the simulator calls it under its state lock."""
+    """The business portfolios' messaging limits: per portfolio (the numbers of its WABAs share it), unique customers
+    reached with templates outside a customer-service window (no message from them to that number in the window) in
+    a moving `window_s`. Not thread-safe on its own; the simulator calls it under its state lock."""
 
     def __init__(self) -> None:
-        self._inbound: dict[tuple[str, str], float] = {}   # (number, customer) -> their last message to it
-        self._counted: dict[str, float] = {}               # customer -> when they were counted
-        self.over = 0
+        self._inbound: dict[tuple[str, str], float] = {}        # (number, customer) -> their last message to it
+        self._counted: dict[str, dict[str, float]] = {}         # portfolio -> customer -> when they were counted
+        self._over: dict[str, int] = {}                          # portfolio -> sends over its limit
 
     def wrote(self, now: float, phone_number_id: str, wa_id: str) -> None:
         self._inbound[(phone_number_id, wa_id)] = now
 
     def admit(self, now: float, phone_number_id: str, wa_id: str, is_template: bool, limit: int | None,
-              window_s: float) -> bool:
-        """Count the send at `now`; False when it goes over the limit (it is not counted then)."""
+              window_s: float, portfolio: str = "") -> bool:
+        """Count the send at `now` against `portfolio`; False when it goes over the limit (not counted then)."""
         if limit is None or not is_template:
             return True
         if now - self._inbound.get((phone_number_id, wa_id), float("-inf")) < window_s:
             return True  # a service window is open
-        for customer in [c for c, t in self._counted.items() if now - t >= window_s]:
-            del self._counted[customer]
-        if wa_id in self._counted:
+        counted = self._counted.setdefault(portfolio, {})
+        for customer in [c for c, t in counted.items() if now - t >= window_s]:
+            del counted[customer]
+        if wa_id in counted:
             return True
-        if len(self._counted) >= limit:
-            self.over += 1
+        if len(counted) >= limit:
+            self._over[portfolio] = self._over.get(portfolio, 0) + 1
             return False
-        self._counted[wa_id] = now
+        counted[wa_id] = now
         return True
 
-    def counted(self) -> int:
-        return len(self._counted)
+    def counted(self, portfolio: str | None = None) -> int:
+        """Customers counted now: in `portfolio`, or in all of them (None)."""
+        if portfolio is not None:
+            return len(self._counted.get(portfolio, {}))
+        return sum(len(c) for c in self._counted.values())
+
+    def over_of(self, portfolio: str | None = None) -> int:
+        return self._over.get(portfolio, 0) if portfolio is not None else sum(self._over.values())
+
+    @property
+    def over(self) -> int:
+        return self.over_of()
 
     def clear(self) -> None:
         self._inbound.clear()
         self._counted.clear()
-        self.over = 0
+        self._over.clear()
