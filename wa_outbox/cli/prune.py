@@ -23,8 +23,9 @@ from ._errors import CliError
 @click.option("--json", "as_json", is_flag=True, help="The summary as one JSON object.")
 def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> None:
     """Delete finished messages (with their timelines), processed webhooks, the events feed's old events (with
-    their deliveries: WA_OUTBOX_EVENT_RETENTION_DAYS, default 30) and inbound media (rows and bytes:
-    WA_OUTBOX_MEDIA_RETENTION_DAYS, default 30) past the retention, in small batches.
+    their deliveries: WA_OUTBOX_EVENT_RETENTION_DAYS, default 30) and media (rows and bytes:
+    WA_OUTBOX_MEDIA_RETENTION_DAYS, default 30; an outbound file only once no message names it) past the retention,
+    in small batches.
 
     Safe while workers run: only final states go, rows in use are skipped, each batch commits on its own. Stopped
     anywhere, the next run carries on. Run it daily from a scheduler."""
@@ -40,7 +41,7 @@ def prune(days: int, dead_days: int | None, batch_size: int, as_json: bool) -> N
         _prune_summary(result, as_json, interrupted=True)
         raise CliError("interrupted: the batches done are committed; run prune again to carry on",
                        exit_code=130) from None
-    from ..media_retention import prune_media  # inbound media: WA_OUTBOX_MEDIA_RETENTION_DAYS
+    from ..media_retention import prune_media  # media: WA_OUTBOX_MEDIA_RETENTION_DAYS
     result.media = prune_media(_engine(settings), settings, days=settings.media_retention_days,
                                batch_size=min(batch_size, 1000))
     progress.finish()

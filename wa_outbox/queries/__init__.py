@@ -104,6 +104,7 @@ from .inbound import (
 from .inbound_media import (
     ClaimedMedia,
     MediaFinished,
+    MediaLocked,
     MediaRow,
     MediaStored,
     PrunedMedia,
@@ -113,6 +114,7 @@ from .inbound_media import (
     get_media,
     media_stored,
     prune_media_batch,
+    prune_media_lock,
     renew_media_lease,
     rescue_media,
 )
@@ -430,8 +432,10 @@ __all__ = [
     "get_media",
     "media_stored",
     "rescue_media",
+    "MediaLocked",
     "PrunedMedia",
     "prune_media_batch",
+    "prune_media_lock",
     "renew_media_lease",
 ]
 # --- templates (issue 20: the template lifecycle) ---

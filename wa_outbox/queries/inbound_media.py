@@ -114,10 +114,25 @@ class PrunedMedia:
     store_key: str | None
 
 
-def prune_media_batch(conn: psycopg.Connection[Any], *, limit: int, days: int) -> list[PrunedMedia]:
-    """In the caller's transaction: one batch of inbound media older than `days` days, deleted."""
+@dataclass(frozen=True, slots=True)
+class MediaLocked:
+    id: int
+    created_at: datetime
+
+
+def prune_media_lock(conn: psycopg.Connection[Any], *, limit: int, days: int, after_at: datetime,
+                     after_id: int) -> list[MediaLocked]:
+    """In the caller's transaction: lock one batch of media older than `days` days, after (after_at, after_id)."""
+    with conn.cursor(row_factory=class_row(MediaLocked)) as cursor:
+        return cursor.execute(db.query("prune_media_lock"), {"limit": limit, "days": days, "after_at": after_at,
+                                                              "after_id": after_id}).fetchall()
+
+
+def prune_media_batch(conn: psycopg.Connection[Any], *, ids: list[int]) -> list[PrunedMedia]:
+    """In the caller's transaction, after prune_media_lock: delete those of `ids` that may go (inbound media, and
+    outbound files no message names)."""
     with conn.cursor(row_factory=class_row(PrunedMedia)) as cursor:
-        return cursor.execute(db.query("prune_media_batch"), {"limit": limit, "days": days}).fetchall()
+        return cursor.execute(db.query("prune_media_batch"), {"ids": ids}).fetchall()
 
 
 def renew_media_lease(engine: sa.Engine, *, id: int, worker_id: str, lease_seconds: float) -> bool:

@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0013_slot_lead
+-- Revision: 0014_prune_uploads
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -1780,7 +1780,8 @@ CREATE TABLE wa_outbox.media_uploads (
 -- ({"document": {"upload": 12, "filename": "invoice.pdf"}}): message_form_problem() checks its form; this trigger,
 -- on every insert into the outbox (enqueue(), enqueue_many(), enqueue_checked(), campaigns), that it names a file
 -- wa-outbox holds, of the kind the message sends, so a typo is refused at enqueue rather than dead at send. The WHEN
--- clause keeps every other message from calling the function.
+-- clause keeps every other message from calling the function. The file's row stays locked (FOR KEY SHARE) until the
+-- message commits, so `prune` (prune_media_lock.sql) cannot delete a file between this check and that commit.
 CREATE FUNCTION wa_outbox.check_message_upload() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v_kind text := wa_outbox.message_type(NEW.message);
@@ -1794,7 +1795,8 @@ BEGIN
     END IF;
     IF v_upload ~ '^[1-9][0-9]{0,17}$' THEN
         SELECT m.kind, m.mime_type INTO v_media_kind, v_mime_type FROM wa_outbox.media m
-        WHERE m.id = v_upload::bigint AND m.direction = 'outbound' AND m.state = 'stored';
+        WHERE m.id = v_upload::bigint AND m.direction = 'outbound' AND m.state = 'stored'
+        FOR KEY SHARE OF m;
         v_found := FOUND;
     END IF;
     IF NOT v_found THEN
@@ -1810,6 +1812,10 @@ BEGIN
 END $$;
 CREATE TRIGGER notifications_check_upload BEFORE INSERT ON wa_outbox.notifications
     FOR EACH ROW WHEN (NEW.message @? '$.*.upload') EXECUTE FUNCTION wa_outbox.check_message_upload();
+-- The messages naming each upload, whatever their status: `prune` keeps a file while any message names it
+-- (prune_media_batch.sql), one index probe per file. Only messages naming an upload are in it.
+CREATE INDEX notifications_upload ON wa_outbox.notifications ((message -> wa_outbox.message_type(message) ->> 'upload'))
+    WHERE message @? '$.*.upload';
 
 
 -- == Views for operations ===========================================================================================
