@@ -446,12 +446,14 @@ _PAGE_QUERIES = {
     "ops_workers": ({}, {"workers_pkey"}),
     "ops_senders": ({"environment_sender": SENDER, "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
                      "environment_token_fingerprint": None}, {"rate_limits_pkey", "senders_pkey"}),
+    # Any partial index of the dead letters serves these (by code then id, by id filtering on the code, or by
+    # status and age): the planner picks by the statistics of the moment, never a scan of the table.
     "ops_dead_groups": ({"groups": 50, "samples": 5},
-                        [{"notifications_dead_code"}, {"notifications_dead_or_failed"}]),
-    # Either partial index of the dead letters serves it (by code then id, or by id filtering on the code): the
-    # planner picks by the statistics of the moment.
+                        [{"notifications_dead_code"}, {"notifications_dead_or_failed"},
+                         {"notifications_dead_or_failed_age"}]),
     "ops_dead_group_ids": ({"code": "131026", "up_to_id": 10, "before_id": None, "limit": 1000},
-                           [{"notifications_dead_code"}, {"notifications_dead_or_failed"}]),
+                           [{"notifications_dead_code"}, {"notifications_dead_or_failed"},
+                            {"notifications_dead_or_failed_age"}]),
     "ops_search": ({"id": 5511987654321, "recipient": "5511987654321", "term": "5511987654321", "limit": 50},
                    {"notifications_pkey", "notifications_recipient", "notifications_correlation_id",
                     "notifications_wamid"}),

@@ -233,7 +233,10 @@ def test_131057_pauses_the_number_and_resume_lifts_it_at_once_with_the_deferred_
                  what="the sender paused about a minute")
         shown = run("ratelimit", "show").output
         assert "131057" in shown
-        assert count(db, "status = 'queued' AND next_attempt_at > now() + interval '50 seconds'") >= 1
+        # the refused message waits for the pause (its outcome is recorded in the worker's next batch, just after
+        # the pause itself)
+        wait_for(lambda: count(db, "status = 'queued' AND next_attempt_at > now() + interval '50 seconds'") >= 1,
+                 what="the refused message deferred past the pause")
         sent_before = len(sim.messages())
 
         resumed = run("ratelimit", "resume", SENDER)

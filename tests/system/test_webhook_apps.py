@@ -52,8 +52,9 @@ def test_gunicorn_without_the_app_secret_verifies_each_registered_app(database_u
         assert post(port, message(WABA_B, NUMBER_B, "wamid.GB"), SECRET_B).status_code == 200
         refused = post(port, message(WABA_B, NUMBER_B, "wamid.GX"), SECRET_A)
         assert refused.status_code == 403 and refused.json()["error"]["message"].startswith(f"signed by app {APP_A}")
-        register_app(db, APP_C, SECRET_C)
-        register_sender(db, APP_C, WABA_C, NUMBER_C)
+        with db.transaction():  # one commit: a reload between the two would see app C without its number
+            register_app(db, APP_C, SECRET_C)
+            register_sender(db, APP_C, WABA_C, NUMBER_C)
         # every worker process reloads on its own: several POSTs in a row, spread over them, all verify
         wait_for(lambda: all(post(port, message(WABA_C, NUMBER_C, "wamid.GC"), SECRET_C).status_code == 200
                              for _ in range(6)), timeout=30, what="app C to verify in every worker process")
