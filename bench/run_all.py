@@ -43,7 +43,7 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("claim", "claim.py", (), ("--n", "1000", "--waiting", "2000")),
     Bench("senders", "senders.py", (), ("--quick",)),  # 1,000 senders, 100,000 queued (quick: 20,000)
-    Bench("claim_budget", "claim_budget.py", ("--repeat", "4"), ("--n", "1000", "--repeat", "1")),
+    Bench("claim_budget", "claim_budget.py", ("--n", "20000", "--repeat", "7"), ("--n", "1000", "--repeat", "1")),
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
     Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
     Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3")),
