@@ -73,9 +73,12 @@ SLOT_HORIZON = 0.5
 # latency (the rest of the statement, its commit, the reply), so its rows reach their threads before their slot
 # even on a busy machine. An idle sender's first message waits this long; a busy sender's schedule is ahead anyway.
 SLOT_LEAD = 0.05
-# Slots reserved ahead of a claim (a drain) start after the whole claim: its moving average of seconds taken, times
-# this margin, plus AHEAD_LEAD_MIN, and never more than SLOT_LEAD (`ahead_lead`). Not capped at one slot interval:
-# capped, at a rate above 1 / claim time nearly every claimed row reached its thread after its slot and was re-slotted.
+# Slots reserved ahead of a claim (a drain) start about when the claim's rows reach their threads (`ahead_lead`): a
+# claim as slow as AHEAD_LEAD_MARGIN times its moving average still hands its first row over within LATE_SEND_LIMIT
+# of its slot, and an average one leaves its threads little to wait (a thread waiting for its slot serves no one:
+# in a drain the threads, not the rate, are the limit). At least AHEAD_LEAD_MIN, at most SLOT_LEAD. Not capped at one
+# slot interval: capped, at a rate above 1 / claim time nearly every claimed row reached its thread after its slot
+# and was re-slotted, a database round trip each.
 AHEAD_LEAD_MARGIN = 1.5
 AHEAD_LEAD_MIN = 0.002
 # A re-slotted send's thread is awake and waits only for one short statement (one slot, reserve_slots_ahead).
@@ -107,11 +110,13 @@ def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, cla
 
 
 def ahead_lead(claim_seconds: float | None) -> float:
-    """How far ahead the first slot reserved before a claim lies: past the claim's expected end (its moving
-    average, with a margin), so its rows reach their threads before their slots; SLOT_LEAD before any claim."""
+    """How far ahead the first slot reserved before a claim lies: so that the claim's rows, back after its moving
+    average with a margin, reach their threads no later than LATE_SEND_LIMIT after their slots (sent, not
+    re-slotted) and no sooner than needed; SLOT_LEAD before any claim."""
     if claim_seconds is None:
         return SLOT_LEAD
-    return min(SLOT_LEAD, max(AHEAD_LEAD_MIN, claim_seconds * AHEAD_LEAD_MARGIN + AHEAD_LEAD_MIN))
+    lead = claim_seconds * AHEAD_LEAD_MARGIN - LATE_SEND_LIMIT + AHEAD_LEAD_MIN
+    return min(SLOT_LEAD, max(AHEAD_LEAD_MIN, lead))
 
 
 def moving_average(average: float | None, seconds: float) -> float:
