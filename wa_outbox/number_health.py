@@ -34,6 +34,9 @@ QUALITY_RATINGS = ("GREEN", "YELLOW", "RED", "UNKNOWN")
 # Meta's other words for the same ratings (the phone number's quality_score, the WhatsApp Manager's labels).
 _RATING_WORDS = {"GREEN": "GREEN", "HIGH": "GREEN", "YELLOW": "YELLOW", "MEDIUM": "YELLOW", "RED": "RED",
                  "LOW": "RED", "UNKNOWN": "UNKNOWN", "NA": "UNKNOWN"}
+# account_update DISABLED_UPDATE's ban states that mean a banned number (Meta disabled its business account, or is
+# about to): the statements that say `banned` (number_health_metrics.sql, ops_senders.sql) take them from here.
+BANNED_STATES = ("DISABLE", "SCHEDULE_FOR_DISABLE")
 # wa_outbox_sender_quality: higher is better, so "quality dropped" is a fall (deploy/prometheus/alerts.yml).
 QUALITY_VALUES = {"GREEN": 3.0, "YELLOW": 2.0, "RED": 1.0, "UNKNOWN": 0.0}
 

@@ -445,7 +445,8 @@ _PAGE_QUERIES = {
     "ops_sender_outcomes": ({"since": None, **THROUGHPUT}, {"notification_events_created_at", "notifications_pkey"}),
     "ops_workers": ({}, {"workers_pkey"}),
     "ops_senders": ({"environment_sender": SENDER, "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
-                     "environment_token_fingerprint": None}, {"rate_limits_pkey", "senders_pkey"}),
+                     "environment_token_fingerprint": None, "banned_states": ["DISABLE"]},
+                    {"rate_limits_pkey", "senders_pkey"}),
     # Any partial index of the dead letters serves these (by code then id, by id filtering on the code, or by
     # status and age): the planner picks by the statistics of the moment, never a scan of the table.
     "ops_dead_groups": ({"groups": 50, "samples": 5},

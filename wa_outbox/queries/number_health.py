@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from ..number_health import BANNED_STATES
 from ._run import _rows
 
 
@@ -34,7 +35,7 @@ class NumberHealthMetric:
 
 
 def number_health_metrics(engine: sa.Engine) -> list[NumberHealthMetric]:
-    return _rows(engine, "number_health_metrics", NumberHealthMetric)
+    return _rows(engine, "number_health_metrics", NumberHealthMetric, {"banned_states": list(BANNED_STATES)})
 
 
 @dataclass(frozen=True, slots=True)

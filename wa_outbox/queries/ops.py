@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .. import db
+from ..number_health import BANNED_STATES
 from ..states import SENT_EVENTS
 from ._run import WORKER_ALIVE_SECONDS, _ids, _rows
 
@@ -121,7 +122,7 @@ def ops_senders(engine: sa.Engine, *, environment_sender: str | None, environmen
                 environment_token_fingerprint: str | None) -> list[SenderRow]:
     return _rows(engine, "ops_senders", SenderRow, {
         "environment_sender": environment_sender, "environment_token_source": environment_token_source,
-        "environment_token_fingerprint": environment_token_fingerprint})
+        "environment_token_fingerprint": environment_token_fingerprint, "banned_states": list(BANNED_STATES)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ SELECT coalesce(k.phone_number_id, r.phone_number_id) AS phone_number_id, k.alia
        coalesce(r.paused_until > now(), false) AS paused, r.paused_until, r.pause_reason, r.updated_at,
        h.quality_rating, coalesce(h.flagged, false) AS flagged,
        coalesce(wa_outbox.number_restricted(h.restrictions, h.restricted_until), false) AS restricted,
-       h.restricted_until, h.ban_state, coalesce(h.ban_state IN ('DISABLE', 'SCHEDULE_FOR_DISABLE'), false) AS banned,
+       h.restricted_until, h.ban_state, coalesce(h.ban_state = ANY(%(banned_states)s), false)
+           AS banned,
        h.messaging_limit_tier, h.throughput_level, coalesce(h.follow_meta_throughput, false) AS follow_meta_throughput,
        greatest(h.quality_changed_at, h.account_changed_at) AS health_changed_at
 FROM known k
