@@ -52,7 +52,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
     Bench("pacing-80", "pacing.py", ("--mps", "80", "--seconds", "60"), ("--mps", "80", "--seconds", "10")),
     Bench("history", "history.py", (), ("--sizes", "10000,20000")),  # it has no --quick: two small histories
-    Bench("history_distinct", "history.py", ("--shape", "distinct", "--sizes", "0,2000000"),
+    Bench("history_distinct", "history.py", ("--shape", "distinct", "--sizes", "0,2000000,10000000"),
           ("--shape", "distinct", "--sizes", "0,20000")),  # issue 22's shape: every recipient its own
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
     Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",)),

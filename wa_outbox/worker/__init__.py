@@ -104,13 +104,21 @@ def wait_until_ready(settings: Settings, stopping: threading.Event, prepare=None
     return False
 
 
+# Connections the worker's pool keeps: as many as its threads use at once under load (the producer, the recorder,
+# the deliverer, the inbound loop, the heartbeat, the maintenance, and send threads re-slotting or pausing a sender).
+# SQLAlchemy closes an overflow connection as soon as it is returned: with 4, a worker at 50 messages/s opened and
+# closed 4 connections a second (bench/capacity.py), each a new backend whose statements are parsed and planned
+# again before psycopg prepares them (after 5 runs); with 8, under one a second.
+WORKER_POOL_SIZE = 8
+
+
 class Worker:
     def __init__(self, settings: Settings, *, engine: sa.Engine | None = None, transport: Transport | None = None,
                  handlers: list[Handler] | None = None, worker_id: str | None = None):
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.engine = engine or db.create_engine(
-            settings.required("database_url"), pool_size=4, application_name="wa-outbox-worker",
+            settings.required("database_url"), pool_size=WORKER_POOL_SIZE, application_name="wa-outbox-worker",
             isolation_level="AUTOCOMMIT", prepared_statements=settings.db_prepared_statements)
         self.transport = transport or (DryRunTransport() if settings.dry_run else GraphTransport(
             settings.api_base_url, settings.access_token or "", pool_size=settings.worker_concurrency,
