@@ -29,6 +29,9 @@ install: $(BIN)/.installed
 # The benchmarks' own needs: matplotlib for bench/report.py's plots, the reference queues of bench/outbox.py.
 $(BIN)/.installed-bench: $(BIN)/.installed bench/requirements-peers.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]' -r bench/requirements-peers.txt
+	@# wrk drives the webhook benchmarks: installed where apt-get can (root on Debian); else run_all skips them, saying why
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get install -y -qq wrk >/dev/null 2>&1; } || echo "wrk is not installed: the webhook benchmarks will be skipped"
 	@touch $@
 
 install-bench: $(BIN)/.installed-bench

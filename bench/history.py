@@ -53,6 +53,8 @@ from bench.outbox import SENDER, SPAWN, TOKEN, _run_worker, machine_facts, serve
 from wa_outbox import db, migrate  # noqa: E402
 from wa_outbox.config import Settings  # noqa: E402
 from wa_outbox.enqueue import enqueue_many  # noqa: E402
+from wa_outbox.number_health import BANNED_STATES  # noqa: E402
+from wa_outbox.queries.ops import THROUGHPUT_EVENTS  # noqa: E402
 from wa_outbox.worker._sender import claim_pacing  # noqa: E402
 
 QUEUED = 100_000
@@ -399,11 +401,12 @@ def explain_hot_path(url: str) -> dict[str, Any]:
 
 OPS_QUERIES: dict[str, dict[str, Any]] = {
     "ops_queue_depth": {"cap": 10_000},
-    "ops_throughput": {},
-    "ops_sender_outcomes": {"since": None},  # the whole hour: a page's first load (refreshes read a few minutes)
+    "ops_throughput": dict(THROUGHPUT_EVENTS),
+    # the whole hour: a page's first load (refreshes read a few minutes)
+    "ops_sender_outcomes": {"since": None, **THROUGHPUT_EVENTS},
     "ops_workers": {},
     "ops_senders": {"environment_sender": "100000000000001", "environment_token_source": "env:WHATSAPP_ACCESS_TOKEN",
-                    "environment_token_fingerprint": None},
+                    "environment_token_fingerprint": None, "banned_states": list(BANNED_STATES)},
     "ops_dead_groups": {"groups": 50, "samples": 5},
     "ops_campaigns": {"limit": 20},
     "ops_endpoints": {"limit": 50, "attempts": 5, "cap": 10_000},

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ class Bench:
     script: str                 # bench/<script>
     full: tuple[str, ...]       # the published size
     quick: tuple[str, ...]      # a few seconds to a minute or two: does it start and finish?
+    tools: tuple[str, ...] = ()  # programs it runs that pip does not install (Debian packages of the same name)
 
 
 # The order they run in: cheap ones first, so a broken setup shows early.
@@ -45,8 +47,8 @@ BENCHES: tuple[Bench, ...] = (
     Bench("senders", "senders.py", (), ("--quick",)),  # 1,000 senders, 100,000 queued (quick: 20,000)
     Bench("claim_budget", "claim_budget.py", ("--n", "20000", "--repeat", "7"), ("--n", "1000", "--repeat", "1")),
     Bench("campaign_import", "campaign_import.py", (), ("--rows", "5000")),
-    Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3")),
-    Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3")),
+    Bench("webhooks", "webhooks.py", ("--profile",), ("--duration", "3"), tools=("wrk",)),
+    Bench("slow_clients", "slow_clients.py", ("--duration", "20"), ("--duration", "3"), tools=("wrk",)),
     Bench("outbox", "outbox.py", (), ("--quick",)),
     Bench("latency", "latency.py", (), ("--quick",)),
     Bench("pacing", "pacing.py", (), ("--seconds", "10")),
@@ -55,7 +57,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("history_distinct", "history.py", ("--shape", "distinct", "--sizes", "0,2000000,10000000"),
           ("--shape", "distinct", "--sizes", "0,20000")),  # issue 22's shape: every recipient its own
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
-    Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",)),
+    Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",), tools=("wrk",)),
     Bench("media_memory", "media_memory.py", (), ("--mb", "10")),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
     Bench("capacity", "capacity.py", (), ("--quick",)),
@@ -67,6 +69,10 @@ QUICK_DIR = ROOT / "build" / "bench-quick"
 def skip_reason(bench: Bench, args: tuple[str, ...]) -> str | None:
     """Why this benchmark cannot run as asked (None: it can), read from its source without running it."""
     script = ROOT / "bench" / bench.script
+    missing_tools = [tool for tool in bench.tools if shutil.which(tool) is None]
+    if missing_tools:
+        names = " ".join(missing_tools)
+        return f"needs {names}, not installed here (Debian: apt-get install {names})"
     if not script.exists():
         return f"bench/{bench.script} does not exist"
     source = script.read_text(encoding="utf-8")

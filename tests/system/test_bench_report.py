@@ -235,6 +235,12 @@ def test_skip_reasons():
     claim = next(b for b in run_all.BENCHES if b.name == "claim")
     assert run_all.skip_reason(claim, ("--quick",)) == "bench/claim.py has no --quick"
     assert run_all.skip_reason(claim, claim.quick) is None and run_all.skip_reason(claim, claim.full) is None
+    # a program pip does not install (wrk for the webhook benchmarks): skipped, saying what to install
+    needs = run_all.Bench("x", "claim.py", (), (), tools=("no-such-program-here",))
+    assert run_all.skip_reason(needs, ()) == ("needs no-such-program-here, not installed here "
+                                               "(Debian: apt-get install no-such-program-here)")
+    assert all(b.tools == ("wrk",) for b in run_all.BENCHES if b.script in ("webhooks.py", "slow_clients.py",
+                                                                            "deliveries.py"))
 
 
 FAKE_BENCH = '''"""A benchmark that measures nothing."""
