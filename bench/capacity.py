@@ -68,7 +68,6 @@ RATES = (25, 35, 50, 70, 100, 140, 200, 300, 400, 600)  # about x1.4 a step: the
 QUEUE_AGE_LIMIT = 1.0   # seconds: the oldest due message in a step's steady half
 WEBHOOK_P99_LIMIT = 0.050  # seconds: the web's answer to the simulator's status webhooks
 DRAIN_N = 3000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 MESSAGE = {"type": "text", "text": {"body": "capacity"}}
 OLDEST_DUE = ("SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM wa_outbox.notifications "
               "WHERE status = 'queued' AND next_attempt_at <= now()")
@@ -104,12 +103,12 @@ def answers(url: str) -> bool:
 
 
 def backend_cpu_seconds(conn: psycopg.Connection, database: str) -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system) of each backend connected to `database`, from /proc, with its application_name
+    """CPU seconds (user + system) of each backend connected to `database`, with its application_name
     (wa-outbox-web, wa-outbox-worker, wa-outbox-listener, …; the apps' enqueues are capacity-app)."""
     out = {}
     for pid, name in conn.execute("SELECT pid, application_name FROM pg_stat_activity WHERE datname = %s",
                                   (database,)):
-        cpu = proc_stat_cpu_seconds(pid)
+        cpu = proc_cpu_seconds(pid)
         if cpu >= 0:
             out[pid] = (name or "?", cpu)
     return out
@@ -117,26 +116,26 @@ def backend_cpu_seconds(conn: psycopg.Connection, database: str) -> dict[int, tu
 
 def server_cpu_seconds(conn: psycopg.Connection) -> float:
     """CPU seconds of the whole Postgres server so far: every process under the postmaster (backends, WAL writer,
-    checkpointer, …) and, through the postmaster's cutime/cstime, every backend that has exited (a connection closed
-    by a pool between two readings is otherwise lost to a per-backend count). -1 when the server is not on this
-    machine."""
+    checkpointer, …) and, through the postmaster's children times, every backend that has exited (a connection
+    closed by a pool between two readings is otherwise lost to a per-backend count). -1 when the server is not on
+    this machine."""
     pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
     try:
-        postmaster = psutil.Process(pid).ppid()
-        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-        own = sum(int(f) for f in fields[11:15]) / CLK_TCK  # utime, stime, cutime, cstime
-        return own + sum(proc_stat_cpu_seconds(c.pid) for c in psutil.Process(postmaster).children())
-    except (OSError, psutil.Error):
+        postmaster = psutil.Process(psutil.Process(pid).ppid())
+        own = postmaster.cpu_times()
+        return (own.user + own.system + own.children_user + own.children_system
+                + sum(max(0.0, proc_cpu_seconds(c.pid)) for c in postmaster.children()))
+    except psutil.Error:
         return -1.0
 
 
-def proc_stat_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of process `pid` from /proc (-1: gone)."""
+def proc_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` (-1: gone, or not on this machine)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return -1.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return times.user + times.system
 
 
 # Postgres CPU by the application_name of the backend (db.create_engine's, wa_outbox/worker/__init__.py's).
@@ -172,7 +171,7 @@ def statements_available(conn: psycopg.Connection) -> str | None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute("SELECT pg_stat_statements_reset()")
     except psycopg.Error as exc:
-        return one_line(str(exc))
+        return " ".join(str(exc).split())[:200]
     return None
 
 
@@ -194,10 +193,6 @@ def statement_costs(conn: psycopg.Connection, names: dict[str, str], per: int) -
     return [{"statement": name, "ms_per_message": round((e + p) / per, 4), "calls_per_message": round(c / per, 3),
              "plans_per_call": round(n / c, 3) if c else None}
             for name, (e, p, c, n) in sorted(grouped.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))]
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())[:200]
 
 
 def process_cpu_seconds(processes: dict[str, list[int]]) -> dict[str, float]:
@@ -328,7 +323,7 @@ class Load:
             # this lane's backend, read before it closes (the step's before/after readings never see it)
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
             conn.rollback()
-            self.backend_cpu += proc_stat_cpu_seconds(pid)
+            self.backend_cpu += max(0.0, proc_cpu_seconds(pid))
 
 
 class Readers:
