@@ -104,12 +104,12 @@ def wait_until_ready(settings: Settings, stopping: threading.Event, prepare=None
     return False
 
 
-# Connections the worker's pool keeps: as many as its threads use at once under load (the producer, the recorder,
-# the deliverer, the inbound loop, the heartbeat, the maintenance, and send threads re-slotting or pausing a sender).
-# SQLAlchemy closes an overflow connection as soon as it is returned: with 4, a worker at 50 messages/s opened and
-# closed 4 connections a second (bench/capacity.py), each a new backend whose statements are parsed and planned
-# again before psycopg prepares them (after 5 runs); with 8, under one a second.
-WORKER_POOL_SIZE = 8
+# Connections the worker's pool keeps (SQLAlchemy adds up to max(2, pool // 2) more, each closed as soon as it is
+# returned). Under load that overflow opens and closes connections (about 4 a second at 50 messages/s in
+# bench/capacity.py), each a new backend that plans its statements again; a pool of 8 stops that, but drained
+# 15-25 % slower in bench/outbox.py's full drain (three A/B pairs, 2026-12-03): more of the send threads' statements
+# at once on the same cores and the same sender's rows. Kept at 4 until a pool can stop the churn without that.
+WORKER_POOL_SIZE = 4
 
 
 class Worker:
