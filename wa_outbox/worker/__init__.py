@@ -235,7 +235,7 @@ class Worker:
                     self.sender.tokens.invalidate()  # a token may have changed while we were not listening
                     self.listening.set()
                     failures = 0
-                    self.sender.notified()  # anything enqueued while we were not listening
+                    self.sender.wake.set()  # anything enqueued while we were not listening
                     self.deliverer.on_events()
                     while not self.stopping.is_set():
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
@@ -246,7 +246,7 @@ class Worker:
                                 self.sender.tokens.invalidate()  # the next send reads its sender's token anew
                                 continue
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
-                            self.sender.notified()
+                            self.sender.wake.set()
             except psycopg.Error as exc:
                 self.listening.clear()
                 failures += 1

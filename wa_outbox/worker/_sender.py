@@ -207,13 +207,7 @@ class Sender:
         self.worker_id = worker_id
         self.policy = policy
         self.concurrency = settings.worker_concurrency
-        self.wake = threading.Event()           # set by NOTIFY, by a finished send (`_more_due`), and by stop()
-        # Whether something may be due that the last claim left: set by a NOTIFY, by a claim that filled every free
-        # thread and while the producer waits for threads; cleared as a claim starts. A finished send wakes the
-        # producer only while it is set: after a short claim, a freed thread finds nothing new to claim (an enqueue
-        # NOTIFYs, a retry's due time is next_claim_in's), and at a steady low rate such empty claims were one in
-        # three (bench/capacity.py: 2.9 claim statements per message at 35/s, two workers).
-        self._more_due = True
+        self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
         self._lock = threading.Lock()
         self._in_flight = 0
         self._held: set[int] = set()            # claimed ids not yet recorded (or abandoned to the lease)
@@ -262,12 +256,10 @@ class Sender:
                     if self._release_pending:
                         self.release_unsent_claims()
                     claim_started = time.monotonic()
-                    self._more_due = False  # before the claim: a NOTIFY while it runs sets it again
                     rows = self._claim(free)
                 except Exception as exc:  # noqa: BLE001 - the database is away: wait and try again
                     # The claim may have committed with its reply lost: give its rows back before claiming again.
                     self._release_pending = True
-                    self._more_due = True
                     self._failures += 1
                     delay = backoff_seconds(self._failures, base=self.settings.poll_interval,
                                             cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
@@ -280,11 +272,9 @@ class Sender:
                 for row in rows:
                     self._start(row, claim_started)
                 if len(rows) == free:
-                    self._more_due = True
                     continue  # there is probably more: claim again as slots free up
                 self.wake.wait(self._next_claim_in())
                 continue
-            self._more_due = True  # no thread free to look: the next finished send wakes us to claim
             self.wake.wait(self.settings.poll_interval)
 
     def check_clock(self) -> None:
@@ -496,11 +486,6 @@ class Sender:
             self._halted[sender] = (now, now + seconds)
             self._slots.notify_all()
 
-    def notified(self) -> None:
-        """An enqueue (or anything else on the workers' channel) was committed: claim now, or once a thread frees."""
-        self._more_due = True
-        self.wake.set()
-
     def on_notify(self, payload: str) -> None:
         """A NOTIFY on the workers' channel (worker/__init__.py listens): `pause <phone_number_id> <seconds left>`
         (pause_sender.sql, from any worker) halts that sender here too, at once; anything else only wakes the
@@ -590,8 +575,7 @@ class Sender:
         self._outcomes.put((row, decision, entry))
         with self._lock:
             self._in_flight -= 1
-        if self._more_due:  # else a freed thread has nothing new to claim (a row given back above always wakes)
-            self.wake.set()
+        self.wake.set()
 
     def _with_new_token(self, row: Claimed, token: str | None, result: SendResult,
                         decision: Decision, body: dict | None = None) -> tuple[SendResult, Decision]:
