@@ -88,9 +88,11 @@ def _url_secrets(url: str) -> set[str]:
         libpq = re.split(r"[@/]", generous, maxsplit=1)[0]
         # What libpq takes for the host or path after an unencoded '@' or '/': the password's tail.
         tail = generous[len(libpq) + 1:].split("@")[0].split("/")[0]
-        # Up to the first '@': the password when the '@'s after it belong to the host or the query.
-        first_at = generous.split("@", 1)[0]
-        secrets |= {generous, libpq, first_at, *([tail] if len(tail) >= 3 else [])}
+        # Up to each '@': the password when the '@'s after it belong to the host or the query (an '@' in the
+        # password itself, unencoded, leaves any of them the separator).
+        parts = generous.split("@")
+        before_ats = {"@".join(parts[:i]) for i in range(1, len(parts))}
+        secrets |= {generous, libpq, *before_ats, *([tail] if len(tail) >= 3 else [])}
     for match in re.finditer(r"(?i)[?&]password=([^&]*)", url):
         secrets.add(match.group(1))
     return {form for secret in secrets for form in (secret, unquote(secret)) if form}

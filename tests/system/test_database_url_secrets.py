@@ -80,6 +80,7 @@ def libpq_says(url: str) -> str:
 @example(("postgresql://app:pwééé@db.example:99x/app", "pwééé"))
 @example(("postgres://app:/ß@db.example/app?application_name=x@y", "/ß"))
 @example(("postgresql://app:%A0é@db.example/app", "%A0é"))
+@example(("postgres://app:@ß@db.example/app?application_name=x@y", "@ß"))
 def test_a_malformed_database_url_never_shows_its_password(case):
     url, password = case
     try:
