@@ -681,10 +681,13 @@ def audit(run: dict) -> tuple[list[str], dict]:
     # Media: every file a customer sent is stored, byte-identical, with one media.ready.
     with psycopg.connect(url) as conn:
         media = {r[0]: r[1:] for r in conn.execute(
-            "SELECT meta_media_id, state, encode(sha256, 'hex'), attempts FROM wa_outbox.media")}
+            "SELECT meta_media_id, state, encode(sha256, 'hex'), attempts, last_error ->> 'error' "
+            "FROM wa_outbox.media")}
         ready = collections.Counter(r[0] for r in conn.execute(
             "SELECT data ->> 'media_id' FROM wa_outbox.events WHERE type = 'media.ready'"))
-    not_stored = {m: media.get(m, ("missing",))[0] for m in inbound.media if media.get(m, ("missing",))[0] != "stored"}
+    # each with its state, its attempts and its last error: a violation says why
+    not_stored = {m: (media[m][0], media[m][2], media[m][3]) if m in media else ("missing",)
+                  for m in inbound.media if media.get(m, ("missing",))[0] != "stored"}
     if not_stored:
         problems.append(f"media: {len(not_stored)} files not stored, e.g. {sorted(not_stored.items())[:3]}")
     differ = [m for m, digest in inbound.media.items() if m in media and media[m][0] == "stored"

@@ -22,7 +22,7 @@ from .retry import backoff_seconds
 MEDIA_KINDS = ("image", "audio", "video", "document", "sticker")
 ID_LIFETIME_SECONDS = 7 * 86400      # a webhook's media id is fetchable this long from its message
 URL_RETRIES = 2                      # a download URL refused (expired) is looked up again this many times at once
-MAX_CORRUPT_ATTEMPTS = 5             # bytes that never match Meta's sha256 or size: failed after this many
+MAX_CORRUPT_ATTEMPTS = 5             # downloads whose bytes do not match Meta's sha256 or size: failed at this many
 MAX_ID_CHARS = 128
 MAX_MIME_CHARS = 255
 MAX_FILENAME_CHARS = 1024
@@ -172,13 +172,16 @@ def check_bytes(got_size: int, got_sha256: bytes, *, file_size: int | None,
 
 
 def after_failure(verdict: Verdict, attempts: int, seconds_left: float, *, base: float, cap: float,
-                  corrupt: bool = False) -> tuple[MediaState, float | None]:
-    """The state a fetch that failed leaves its media in, and the delay before the next try (pending only)."""
+                  corrupt_fetches: int = 0) -> tuple[MediaState, float | None]:
+    """The state a fetch that failed leaves its media in, and the delay before the next try (pending only).
+    `corrupt_fetches`: the downloads so far, this one included, whose bytes were not the ones Meta declared. Only
+    those count towards giving up as `failed`: a media whose attempts went on 503s and outages and whose bytes were
+    wrong once is fetched again like any other."""
     if verdict is Verdict.GONE:
         return MediaState.FAILED, None
     if verdict is Verdict.TOO_LARGE:
         return MediaState.TOO_LARGE, None
-    if corrupt and attempts >= MAX_CORRUPT_ATTEMPTS:
+    if corrupt_fetches >= MAX_CORRUPT_ATTEMPTS:
         return MediaState.FAILED, None
     if verdict is Verdict.TOKEN:
         delay: float | None = TOKEN_PAUSE_SECONDS if TOKEN_PAUSE_SECONDS < seconds_left else None

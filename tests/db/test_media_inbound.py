@@ -19,7 +19,7 @@ import requests
 
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, serve, wait_for, worker_settings
-from wa_outbox import db as wa_db, queries
+from wa_outbox import db as wa_db, media_policy, queries
 from wa_outbox.simulator import SimulatorServer
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -161,6 +161,35 @@ def test_a_wrong_sha256_is_fetched_again_and_a_slow_download_still_arrives(stack
         row = stored(db, sent["media_id"])
     assert row["sha256"] == sent["sha256"] and row["attempts"] == 3
     assert len(ready_events(db, sent["media_id"])) == 1
+
+
+def test_attempts_spent_on_503s_do_not_count_towards_giving_up_on_wrong_bytes(stack, db):
+    """The chaos run's file: its attempts went on 503s (an outage, a dead worker's lease spend them the same way),
+    then one lookup declared another sha256. Only downloads whose bytes were wrong count towards `failed`."""
+    web_url, sim, worker = stack
+    over = media_policy.MAX_CORRUPT_ATTEMPTS
+    sim.set_faults([{"mode": "http_error", "status": 503, "match": {"route": "media_lookup"}, "count": over},
+                    {"mode": "wrong_sha256", "match": {"route": "media_lookup"}, "count": 1}])
+    with worker():
+        sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
+        row = stored(db, sent["media_id"])
+    assert row["sha256"] == sent["sha256"] and row["attempts"] == over + 2
+    assert db.execute("SELECT corrupt_fetches FROM wa_outbox.media WHERE id = %s", (row["id"],)).fetchone()[0] == 1
+    assert len(ready_events(db, sent["media_id"])) == 1
+
+
+def test_bytes_that_never_match_give_up_as_failed(stack, db):
+    web_url, sim, worker = stack
+    sim.set_faults([{"mode": "wrong_sha256", "match": {"route": "media_lookup"}}])  # every lookup
+    with worker():
+        sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
+        row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "failed" and r,
+                       what="media failed")
+    assert row["attempts"] == media_policy.MAX_CORRUPT_ATTEMPTS
+    assert "sha256" in row["last_error"]["error"]
+    assert db.execute("SELECT corrupt_fetches FROM wa_outbox.media WHERE id = %s",
+                      (row["id"],)).fetchone()[0] == media_policy.MAX_CORRUPT_ATTEMPTS
+    assert not ready_events(db, sent["media_id"])
 
 
 def test_a_redelivered_webhook_fetches_once(stack, db):

@@ -90,8 +90,10 @@ def test_after_failure_final_states():
     assert mp.after_failure(mp.Verdict.GONE, 1, 10**6, base=1, cap=1) == (mp.MediaState.FAILED, None)
     assert mp.after_failure(mp.Verdict.TOO_LARGE, 1, 10**6, base=1, cap=1) == (mp.MediaState.TOO_LARGE, None)
     assert mp.after_failure(mp.Verdict.RETRY, mp.MAX_CORRUPT_ATTEMPTS, 10**6, base=1, cap=1,
-                            corrupt=True) == (mp.MediaState.FAILED, None)
-    assert mp.after_failure(mp.Verdict.RETRY, 1, 10**6, base=1, cap=1, corrupt=True)[0] is mp.MediaState.PENDING
+                            corrupt_fetches=mp.MAX_CORRUPT_ATTEMPTS) == (mp.MediaState.FAILED, None)
+    assert mp.after_failure(mp.Verdict.RETRY, 1, 10**6, base=1, cap=1, corrupt_fetches=1)[0] is mp.MediaState.PENDING
+    # many attempts (503s, outages, a dead worker's lease) and one wrong download: fetched again, not failed
+    assert mp.after_failure(mp.Verdict.RETRY, 9, 10**6, base=1, cap=1, corrupt_fetches=1)[0] is mp.MediaState.PENDING
     # a token refused waits as long as the sender's pause, unless the id is gone by then
     assert mp.after_failure(mp.Verdict.TOKEN, 3, 10**6, base=1, cap=1) == (mp.MediaState.PENDING,
                                                                             mp.TOKEN_PAUSE_SECONDS)

@@ -28,6 +28,7 @@ class ClaimedMedia:
     declared_sha256: str | None
     attempts: int            # this attempt's number
     seconds_left: float      # until Meta no longer serves the id (fetch_until)
+    corrupt_fetches: int     # earlier downloads whose bytes were not the ones Meta declared
 
 
 def claim_media(engine: sa.Engine, *, limit: int, worker_id: str, lease_seconds: float) -> list[ClaimedMedia]:

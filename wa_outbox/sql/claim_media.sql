@@ -15,4 +15,5 @@ WHERE m.id = due.id
 RETURNING m.id, m.meta_media_id, m.phone_number_id, m.wa_id, m.wamid, m.kind, m.mime_type, m.filename,
           m.declared_sha256, m.attempts,
           extract(epoch FROM coalesce(m.fetch_until, m.created_at + interval '7 days') - now())::float8
-              AS seconds_left
+              AS seconds_left,
+          m.corrupt_fetches

@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0014_prune_uploads
+-- Revision: 0015_media_corrupt_fetches
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -1747,6 +1747,9 @@ CREATE TABLE wa_outbox.media (
     last_error       jsonb,
     created_at       timestamptz NOT NULL DEFAULT now(),
     stored_at        timestamptz,
+    -- inbound: downloads whose bytes were not the ones Meta declared (sha256, size); `failed` at
+    -- media_policy.MAX_CORRUPT_ATTEMPTS of them, whatever else the attempts met
+    corrupt_fetches  integer NOT NULL DEFAULT 0 CHECK (corrupt_fetches >= 0),
     CHECK ((direction = 'inbound') = (meta_media_id IS NOT NULL))
 );
 CREATE UNIQUE INDEX media_meta_media_id ON wa_outbox.media (meta_media_id) WHERE direction = 'inbound';

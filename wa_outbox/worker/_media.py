@@ -276,12 +276,14 @@ class MediaFetcher:
     # --- outcomes ----------------------------------------------------------------------------------------------------
 
     def _finish(self, row: queries.ClaimedMedia, failure: _Failure, *, pause: bool = True) -> str:
+        corrupt_fetches = row.corrupt_fetches + (1 if failure.corrupt else 0)
         state, delay = media_policy.after_failure(
             failure.verdict, row.attempts, row.seconds_left, base=self.settings.retry_base_seconds,
-            cap=self.settings.retry_max_seconds, corrupt=failure.corrupt)
+            cap=self.settings.retry_max_seconds, corrupt_fetches=corrupt_fetches)
         lookup = failure.lookup
         token = failure.verdict is Verdict.TOKEN
         entry = {"id": row.id, "state": state.value, "delay": delay, "refund": token and state is MediaState.PENDING,
+                 "corrupt": failure.corrupt,
                  "error": {"error": failure.reason, "attempt": row.attempts},
                  "mime_type": lookup.mime_type if lookup else None,
                  "declared_size": lookup.file_size if lookup else None,
