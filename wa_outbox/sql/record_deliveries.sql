@@ -14,7 +14,11 @@ WITH outcome AS (
     INSERT INTO wa_outbox.delivery_attempts (delivery_id, attempt, endpoint_id, status_code, latency_ms,
                                             response_head, error)
     SELECT o.id, o.attempt, o.endpoint_id, o.status_code, o.latency_ms, o.response_head, o.error
-    FROM outcome o WHERE EXISTS (SELECT 1 FROM wa_outbox.deliveries d WHERE d.id = o.id)
+    FROM outcome o
+    -- the delivery still exists (not removed with its endpoint meanwhile): one probe of its primary key per outcome.
+    -- A LATERAL ... LIMIT is never made a join; as an EXISTS, the planner, guessing 100 rows for the JSON, hashed
+    -- the whole deliveries table on every batch (bench/deliveries.py, bench/capacity.py).
+    CROSS JOIN LATERAL (SELECT 1 FROM wa_outbox.deliveries d WHERE d.id = o.id LIMIT 1) still
     ON CONFLICT (delivery_id, attempt) DO NOTHING
 ), moved AS (
     UPDATE wa_outbox.deliveries d

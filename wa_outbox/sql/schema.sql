@@ -1,5 +1,5 @@
 -- wa-outbox: the current schema, whole. Read this file to know what the database holds and what its rules are.
--- Revision: 0015_media_corrupt_fetches
+-- Revision: 0016_deliveries_due_order
 --
 -- A database gets here through the migrations (migrations/sql/, `wa-outbox db upgrade`); this file is not run by
 -- the service. tests/db/test_schema_file.py builds one database from this file alone and one from the migrations and
@@ -1452,8 +1452,9 @@ CREATE TABLE wa_outbox.deliveries (
     CHECK ((status = 'delivering') = (locked_until IS NOT NULL))
 )
 WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
--- The claim walks each enabled endpoint's due deliveries (a few per endpoint, fairly across endpoints).
-CREATE INDEX deliveries_due ON wa_outbox.deliveries (endpoint_id, next_attempt_at) WHERE status = 'queued';
+-- The claim walks each enabled endpoint's due deliveries (a few per endpoint, fairly across endpoints) in its order,
+-- (next_attempt_at, id): with id in the index it reads as many entries as it takes, not the whole backlog sorted.
+CREATE INDEX deliveries_due ON wa_outbox.deliveries (endpoint_id, next_attempt_at, id) WHERE status = 'queued';
 CREATE INDEX deliveries_leased ON wa_outbox.deliveries (locked_until) WHERE status = 'delivering';
 -- Ordered endpoints: "is an earlier event of this conversation still to be delivered?" is one probe. Earlier is
 -- a smaller id: one endpoint's deliveries are inserted in the feed's order, (txid, seq), by its dispatch.
