@@ -17,14 +17,18 @@ WITH s AS (
 ), matched AS (
     SELECT s.*, coalesce(by_wamid.id, by_id.id) AS nid, wa_outbox.status_rank(s.status) AS rank
     FROM s
-    LEFT JOIN wa_outbox.notifications by_wamid ON by_wamid.wamid = s.wamid
-    LEFT JOIN wa_outbox.notifications by_id
-           ON by_wamid.id IS NULL AND by_id.id = s.notification_id
-          AND (by_id.wamid IS NULL OR by_id.wamid = s.wamid)
+    -- One probe of an index per status (wamid is unique, id the key; a LATERAL ... LIMIT is never made a join): as
+    -- plain joins, the planner, guessing 100 rows for the JSON, hashed the whole notifications table on every batch
+    -- while it was under some 15,000 rows (tests/db/test_status_cost.py). The same below: `= ANY (ARRAY(...))` for
+    -- the lock, OFFSET 0 (a fence the planner keeps) for the timeline's NOT EXISTS.
+    LEFT JOIN LATERAL (SELECT n.id FROM wa_outbox.notifications n WHERE n.wamid = s.wamid LIMIT 1) by_wamid ON true
+    LEFT JOIN LATERAL (SELECT n.id FROM wa_outbox.notifications n
+                       WHERE by_wamid.id IS NULL AND n.id = s.notification_id
+                         AND (n.wamid IS NULL OR n.wamid = s.wamid) LIMIT 1) by_id ON true
 ), locked AS (
     SELECT n.id, n.status, n.wamid, n.attempts, n.correlation_id
     FROM wa_outbox.notifications n
-    WHERE n.id IN (SELECT nid FROM matched)
+    WHERE n.id = ANY (ARRAY(SELECT nid FROM matched WHERE nid IS NOT NULL))
     ORDER BY n.id
     FOR UPDATE
 ), target AS (
@@ -91,7 +95,7 @@ WITH s AS (
     WHERE l.status <> 'sending' AND m.status <> 'sent'
       AND NOT EXISTS (  -- applied already by a worker that died before marking the event done: not twice
           SELECT 1 FROM wa_outbox.notification_events e  -- the message's own events (primary key prefix)
-          WHERE e.notification_id = l.id AND e.detail->>'webhook_event_id' = m.event_id::text)
+          WHERE e.notification_id = l.id AND e.detail->>'webhook_event_id' = m.event_id::text OFFSET 0)
     ORDER BY m.event_id  -- in the order the webhooks arrived
 )
 SELECT m.event_id, m.nid AS notification_id, m.status,
