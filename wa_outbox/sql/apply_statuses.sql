@@ -18,9 +18,9 @@ WITH s AS (
     SELECT s.*, coalesce(by_wamid.id, by_id.id) AS nid, wa_outbox.status_rank(s.status) AS rank
     FROM s
     -- One probe of an index per status (wamid is unique, id the key; a LATERAL ... LIMIT is never made a join): as
-    -- plain joins, the planner, guessing 100 rows for the JSON, hashed the whole notifications table on every batch
-    -- of a small or mid-size one (still at 10,000 rows: tests/db/test_status_cost.py). The same below: `= ANY (ARRAY(...))` for
-    -- the lock, OFFSET 0 (a fence the planner keeps) for the timeline's NOT EXISTS.
+    -- plain joins, the planner, guessing 100 rows for the JSON, hashed the whole notifications table on every
+    -- batch of a small or mid-size one (still at 10,000 rows: tests/db/test_status_cost.py). The same below:
+    -- `= ANY (ARRAY(...))` for the lock, OFFSET 0 (a fence the planner keeps) for the timeline's NOT EXISTS.
     LEFT JOIN LATERAL (SELECT n.id FROM wa_outbox.notifications n WHERE n.wamid = s.wamid LIMIT 1) by_wamid ON true
     LEFT JOIN LATERAL (SELECT n.id FROM wa_outbox.notifications n
                        WHERE by_wamid.id IS NULL AND n.id = s.notification_id
