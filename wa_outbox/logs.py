@@ -25,6 +25,13 @@ correlation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("cor
 _USABLE_CORRELATION_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one log line: its type and the first line of its message (a driver's message can span
+    several). Not scrubbed: a caller with a DATABASE_URL in reach passes it through config.scrub()."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def correlation_id_of(given: str) -> str:
     """A request's correlation id: the caller's X-Correlation-Id when it is usable, else a new one."""
     return given if _USABLE_CORRELATION_ID.fullmatch(given) else uuid.uuid4().hex

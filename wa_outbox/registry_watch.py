@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from . import db, registry
 from .config import NO_WEBHOOK_SECRET, ConfigError, Settings, scrub
+from .logs import one_line
 from .registry import AppSecret, Registry, Sender
 from .retry import backoff_seconds
 from .webhook_routing import Routes, routes_of
@@ -123,8 +124,7 @@ class RegistryWatch:
         own.dispose()
 
     def _one_line(self, exc: BaseException) -> str:
-        lines = str(exc).strip().splitlines()
-        return scrub(f"{type(exc).__name__}: {lines[0] if lines else ''}", self.settings.database_url)
+        return scrub(one_line(exc), self.settings.database_url)
 
 
 def environment_only(settings: Settings) -> Registry:

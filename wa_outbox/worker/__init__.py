@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from .. import db, queries
 from ..config import Settings, redact_url, scrub
+from ..logs import one_line
 from ..metrics import WorkerMetrics, worker_families
 from ..retry import backoff_seconds
 from ._analyzer import analyze_if_never
@@ -43,7 +44,7 @@ from ._inbound import Handler, InboundProcessor, load_handlers
 from ._media import MediaFetcher
 from ._reconciler import release_stalled_lines, settle_unknown
 from ._rescuer import rescue
-from ._sender import FAILURE_BACKOFF_CAP, Sender, one_line
+from ._sender import FAILURE_BACKOFF_CAP, Sender
 from ._transport import DryRunTransport, GraphTransport, Transport
 
 log = logging.getLogger("wa_outbox.worker")

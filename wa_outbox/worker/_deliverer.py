@@ -29,6 +29,7 @@ from .. import queries
 from ..config import Settings, scrub
 from ..delivery_policy import DisabledReason, Verdict, judge
 from ..events import envelope_bytes, event_id
+from ..logs import one_line
 from ..metrics import DeliveryOutcome, WorkerMetrics
 from ..retry import backoff_seconds
 from ..secret_box import SecretBox
@@ -48,10 +49,6 @@ HELD_SWEEP_ROUNDS = 60      # ... and every this many rounds (the first too), at
 HELD_SWEEP_WINDOW = 10 * 365 * 86400.0
 LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
 
-
-def one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 class Deliverer:

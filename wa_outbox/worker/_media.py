@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from .. import db, media_policy, media_store, queries
 from ..config import ConfigError, Settings, scrub
+from ..logs import one_line
 from ..media_policy import Lookup, MediaState, Verdict
 from ..metrics import MediaFetchOutcome, WorkerMetrics
 from ..retry import backoff_seconds
@@ -40,10 +41,6 @@ log = logging.getLogger("wa_outbox.media")
 FAILURE_BACKOFF_CAP = 10.0
 RESCUE_LIMIT = 1000
 
-
-def one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 @dataclass

@@ -42,6 +42,7 @@ import sqlalchemy as sa
 
 from .. import logs, queries, template_store, templates
 from ..config import ConfigError, Settings, scrub
+from ..logs import one_line
 from ..messages import upload_of
 from ..metrics import WorkerMetrics, send_outcome
 from ..retry import RetryPolicy, backoff_seconds
@@ -137,11 +138,6 @@ def describe_outcome(entry: dict, attempt: int) -> str:
         return f"waits ({entry['event']}, attempt not counted): {reason}"
     return f"retry in {detail.get('retry_in_s')} s (attempt {attempt}): {reason}"
 
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one log line (a driver's message can span several)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def claim_pacing(settings: Settings) -> dict:
