@@ -8,13 +8,13 @@ SET state = o.state,
     next_attempt_at = CASE WHEN o.state = 'pending' THEN now() + make_interval(secs => coalesce(o.delay, 0))
                            ELSE m.next_attempt_at END,
     attempts = greatest(0, m.attempts - CASE WHEN o.refund THEN 1 ELSE 0 END),
-    corrupt_fetches = m.corrupt_fetches + CASE WHEN o.corrupt THEN 1 ELSE 0 END,
+    corrupt_fetches = o.corrupt_fetches,  -- counted by media_policy's caller: one owner of the rule
     mime_type = coalesce(m.mime_type, o.mime_type),
     declared_size = coalesce(o.declared_size, m.declared_size),
     declared_sha256 = coalesce(m.declared_sha256, o.declared_sha256),
     last_error = o.error, locked_by = NULL, locked_until = NULL
 FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-     AS o(id bigint, state text, delay float8, refund boolean, corrupt boolean, error jsonb, mime_type text, declared_size bigint,
+     AS o(id bigint, state text, delay float8, refund boolean, corrupt_fetches integer, error jsonb, mime_type text, declared_size bigint,
           declared_sha256 text)
 WHERE m.id = o.id AND m.locked_by = %(worker_id)s AND m.state = 'fetching'
 RETURNING m.id, m.state

@@ -280,7 +280,7 @@ class MediaFetcher:
         lookup = failure.lookup
         token = failure.verdict is Verdict.TOKEN
         entry = {"id": row.id, "state": state.value, "delay": delay, "refund": token and state is MediaState.PENDING,
-                 "corrupt": failure.corrupt,
+                 "corrupt_fetches": corrupt_fetches,
                  "error": {"error": failure.reason, "attempt": row.attempts},
                  "mime_type": lookup.mime_type if lookup else None,
                  "declared_size": lookup.file_size if lookup else None,
