@@ -173,8 +173,11 @@ def test_attempts_spent_on_503s_do_not_count_towards_giving_up_on_wrong_bytes(st
     with worker():
         sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
         row = stored(db, sent["media_id"])
-    assert row["sha256"] == sent["sha256"] and row["attempts"] == over + 2
-    assert db.execute("SELECT corrupt_fetches FROM wa_outbox.media WHERE id = %s", (row["id"],)).fetchone()[0] == 1
+        assert [r["remaining"] for r in sim.faults()] == [0, 0]  # every 503 and the wrong sha256 were answered
+    # Stored, though its attempts went past MAX_CORRUPT_ATTEMPTS (a late wake-up or a lost lease may add more):
+    # the one wrong download is all that counted (none, had its outcome been lost with a lease).
+    assert row["sha256"] == sent["sha256"] and row["attempts"] > media_policy.MAX_CORRUPT_ATTEMPTS
+    assert db.execute("SELECT corrupt_fetches FROM wa_outbox.media WHERE id = %s", (row["id"],)).fetchone()[0] <= 1
     assert len(ready_events(db, sent["media_id"])) == 1
 
 
@@ -185,7 +188,7 @@ def test_bytes_that_never_match_give_up_as_failed(stack, db):
         sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
         row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "failed" and r,
                        what="media failed")
-    assert row["attempts"] == media_policy.MAX_CORRUPT_ATTEMPTS
+    assert row["attempts"] >= media_policy.MAX_CORRUPT_ATTEMPTS  # a lost lease's attempt counts, not as corrupt
     assert "sha256" in row["last_error"]["error"]
     assert db.execute("SELECT corrupt_fetches FROM wa_outbox.media WHERE id = %s",
                       (row["id"],)).fetchone()[0] == media_policy.MAX_CORRUPT_ATTEMPTS
