@@ -303,8 +303,11 @@ def wa_drain(url: str, n: int, setup: tuple[int, int], *, api_base_url: str = Se
 LATENCY = """
 SELECT percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY ms) AS pipeline,
        max(ms) AS pipeline_max,
-       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY http_ms) AS http
-FROM (SELECT extract(epoch FROM d.created_at - s.created_at)::float8 * 1000 AS ms, (d.detail->>'ms')::float AS http_ms
+       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY http_ms) AS http,
+       count(*) FILTER (WHERE reslotted) AS reslotted,
+       (SELECT count(*) FROM wa_outbox.notification_events WHERE event = 'released') AS released
+FROM (SELECT extract(epoch FROM d.created_at - s.created_at)::float8 * 1000 AS ms, (d.detail->>'ms')::float AS http_ms,
+             d.detail ? 'send_at' AS reslotted
       FROM wa_outbox.notification_events d
       JOIN wa_outbox.notification_events s ON s.notification_id = d.notification_id AND s.event = 'sending'
       WHERE d.event = 'sent') t
@@ -314,8 +317,9 @@ FROM (SELECT extract(epoch FROM d.created_at - s.created_at)::float8 * 1000 AS m
 def drain_latency(url: str) -> dict[str, float]:
     """Percentiles (ms) of the last drain: `sending` to `sent` event (pipeline) and the HTTP call alone."""
     with psycopg.connect(url, autocommit=True) as conn:
-        pipeline, pipeline_max, http = conn.execute(LATENCY).fetchone()
-    return {"pipeline_p50_ms": pipeline[0], "pipeline_p90_ms": pipeline[1], "pipeline_p99_ms": pipeline[2],
+        pipeline, pipeline_max, http, reslotted, released = conn.execute(LATENCY).fetchone()
+    return {"sent_reslotted": reslotted, "given_back": released,
+            "pipeline_p50_ms": pipeline[0], "pipeline_p90_ms": pipeline[1], "pipeline_p99_ms": pipeline[2],
             "pipeline_max_ms": pipeline_max, "http_p50_ms": http[0], "http_p90_ms": http[1], "http_p99_ms": http[2]}
 
 
@@ -616,7 +620,8 @@ def main() -> None:
         print(f"\nfull drain, {label(FULL)}: pipeline latency (sending -> sent event) p50 "
               f"{latency['pipeline_p50_ms']:.1f} ms, p90 {latency['pipeline_p90_ms']:.1f} ms, p99 "
               f"{latency['pipeline_p99_ms']:.1f} ms; HTTP call p50 {latency['http_p50_ms']:.1f} ms, p99 "
-              f"{latency['http_p99_ms']:.1f} ms")
+              f"{latency['http_p99_ms']:.1f} ms; sent in a new slot (late for theirs) {latency['sent_reslotted']}, "
+              f"given back to the queue {latency['given_back']}")
 
     results: dict[str, Any] = {"n": n, "setups": {"dry_run": DRY_RUN, "full": FULL, "slow": SLOW},
                                "dry_drain": {str(p): v for p, v in dry.items()},

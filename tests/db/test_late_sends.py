@@ -72,3 +72,35 @@ def test_a_send_stalled_past_its_slot_is_re_slotted_not_sent_late(db, sender, si
     assert by_id[stalled[0]]["received_at"] >= new_slot - 0.005  # sent in it (same machine's clock), not before
     assert db.execute("SELECT status, attempts FROM wa_outbox.notifications WHERE id = %s",
                       (stalled[0],)).fetchone() == ("sent", 1)
+
+
+def test_above_metas_highest_throughput_a_stalled_send_goes_in_its_own_slot(db, sender, sim, settings, run,
+                                                                          monkeypatch):
+    """At a rate no Meta number has (a "no limit" such as 10^6 mps) the schedule's margin grows with the rate
+    (schema.sql, slot_margin): a send 200 ms late is inside it, so it goes in its slot, not re-slotted: a drain on a
+    busy machine is not held back by wake-ups no second at Meta's end could feel."""
+    assert run("ratelimit", "set", SENDER, "--mps", "1000000").exit_code == 0
+    held, release = threading.Event(), threading.Event()
+    real = _sender.request_body
+    stalled: list[int] = []
+
+    def stalling_body(row):
+        if not stalled:
+            stalled.append(row.id)
+            held.set()
+            release.wait(30)
+        return real(row)
+    monkeypatch.setattr(_sender, "request_body", stalling_body)
+    ids = queue(db, 3)
+    with running_worker(worker_settings(settings, sim.base_url)) as worker:
+        assert held.wait(30), "no send started"
+        slot = db.execute("SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
+                          "WHERE notification_id = %s AND event = 'sending'", (stalled[0],)).fetchone()[0]
+        wait_for(lambda: db.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+                 > slot + 0.2, what="the slot to slip by 200 ms")
+        release.set()
+        wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="every message sent")
+        assert worker.sender.stats["reslotted"] == 0
+    assert sorted(int(m["biz_opaque_callback_data"]) for m in sim.messages()) == sorted(ids)  # each once
+    assert db.execute("SELECT count(*) FROM wa_outbox.notification_events WHERE notification_id = %s "
+                      "AND event = 'sent' AND detail ? 'send_at'", (stalled[0],)).fetchone()[0] == 0

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.live import SENDER, running_worker, wait_for, worker_settings
+from tests.unit.test_late_send_limit import MARGINS
 from wa_outbox.enqueue import enqueue_many
 from wa_outbox.worker._classify import Action, SendResult, classify
 
@@ -398,3 +399,15 @@ def test_pair_reservations_come_back_only_while_no_later_claim_moved_them(db, se
     assert after[pair_a] == pytest.approx(before[pair_a] - 12, abs=1e-3)  # two rows of one claim, one recipient
     assert after[later] == before[later]              # another claim came after: kept
     assert after[other_worker] == before[other_worker]  # not this worker's row: kept
+
+
+@pytest.mark.parametrize(("mps", "burst", "margin"), MARGINS)
+def test_the_schedule_is_spaced_by_the_margin_the_worker_allows_late_sends(db, mps, burst, margin):
+    """slot_margin (SQL) with the cases tests/unit/test_late_send_limit.py gives the worker's late_send_limit: the
+    margin, and a default schedule whose mps + 1 consecutive slots span exactly 1 + margin seconds."""
+    got, refill = db.execute("SELECT wa_outbox.slot_margin(%(mps)s, %(burst)s), "
+                             "(wa_outbox.bucket_shape(%(mps)s, %(burst)s)).refill", {"mps": mps, "burst": burst}
+                             ).fetchone()
+    assert got == pytest.approx(margin)
+    if burst is None:
+        assert mps / refill == pytest.approx(1 + margin)

@@ -98,6 +98,7 @@ class Claimed:
     max_attempts: int | None  # the row's own limit; None: the retry policy's
     correlation_id: str | None
     send_at: float | None = None  # its send slot (seconds since the epoch, the database's clock); None: at once
+    slot_margin: float | None = None  # how late after its slot it may still go (schema.sql, slot_margin)
 
 
 _CLAIMED = class_row(Claimed)

@@ -306,5 +306,11 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
 ), woken AS (  -- rows parked took places in this batch: wake the workers (at commit) to claim again at once
     SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )
-SELECT id, phone_number_id, recipient, message, attempts, max_attempts, correlation_id, send_at FROM claimed
+-- slot_margin: how late after its slot the row's send may still go (its sender's schedule's margin, schema.sql); a
+-- schedule this statement created (reserve_slots_set) is not visible here: it has the default rate
+SELECT c.id, c.phone_number_id, c.recipient, c.message, c.attempts, c.max_attempts, c.correlation_id, c.send_at,
+       coalesce((SELECT wa_outbox.slot_margin(r.mps, r.burst) FROM wa_outbox.rate_limits r
+                 WHERE r.phone_number_id = c.phone_number_id),
+                wa_outbox.slot_margin(%(default_mps)s, NULL)) AS slot_margin
+FROM claimed c
 WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: so the wake-up runs even when nothing is claimed
