@@ -5,6 +5,7 @@ releasing what it held, and the portfolios' figures."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -181,6 +182,18 @@ def test_the_cli_sets_lists_and_shows_a_limit(db, run):
         assert refused.exit_code == code, refused.output
         assert "Traceback" not in refused.output
     assert db.execute("SELECT messaging_limit FROM wa_outbox.portfolios").fetchall() == [(None,)]
+    # at its limit with messages waiting: used, remaining and held, in list (TSV and JSON) and show
+    assert run("portfolios", "set", PORTFOLIO, "--messaging-limit", "1").exit_code == 0
+    for i in range(3):
+        queue(db, f"55119000000{i:02d}")
+    claim(db)
+    [row] = [json.loads(line) for line in run("portfolios", "list", "--json").output.splitlines()]
+    assert (row["messaging_limit"], row["used"], row["remaining"], row["held"], row["queued"]) == (1, 1, 0, 2, 2)
+    assert row["next_unit_frees_at"]
+    tsv = dict(zip(*[line.split("\t") for line in run("portfolios", "list").output.splitlines()], strict=True))
+    assert (tsv["used_24h"], tsv["remaining"], tsv["held_by_limit"]) == ("1", "0", "2")
+    text = run("portfolios", "show", PORTFOLIO).output
+    assert "1 customers counted, 0 left; the oldest unit frees at" in text and "2 held by the limit" in text
 
 
 def test_v1_portfolios(db, client):
@@ -276,6 +289,11 @@ def test_campaign_dry_run_and_show_say_who_counts_what_is_left_and_when_it_finis
     assert dry.exit_code == 0, dry.output
     assert "dry run, nothing written" in dry.output
     assert f"4 of 5 recipients will count against portfolio {PORTFOLIO}'s 3 (it has 3 left; 1 wait" in dry.output
+    # and when it finishes: the fourth waits for the first of the three units it takes now to free, 24 hours on
+    finish = re.search(r"finishes (\S+ \S+) UTC at the earliest at this limit", dry.output)
+    assert finish, dry.output
+    assert abs(datetime.fromisoformat(finish[1]).replace(tzinfo=UTC) - (datetime.now(UTC) + timedelta(hours=24))) \
+        < timedelta(minutes=5)
     assert db.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM wa_outbox.campaigns").fetchone()[0] == 0
     assert run(*args).exit_code == 0
@@ -287,6 +305,8 @@ def test_campaign_dry_run_and_show_say_who_counts_what_is_left_and_when_it_finis
     assert "4 of 5 recipients will count" in run("campaign", "show", "promo").output
     api = client.get("/v1/campaigns/promo", headers={"Authorization": f"Bearer {API_TOKEN}"})
     assert api.status_code == 200 and api.json["messaging_limit"]["counting"] == 4
+    assert (api.json["messaging_limit"]["remaining"], api.json["messaging_limit"]["finishes_never"]) == (3, False)
+    assert api.json["messaging_limit"]["finishes_at"]
     # claimed: 3 take the units (and the one in its window goes), 1 held; the figures follow
     claim(db)
     shown = json.loads(run("campaign", "show", "promo", "--json").output)["messaging_limit"]
@@ -319,6 +339,11 @@ def test_the_ops_page_shows_a_campaign_at_its_portfolios_limit(db, engine, clien
     html = client.get("/ops").get_data(as_text=True)
     assert f"messaging limit of portfolio {PORTFOLIO}: 3 will count" in html
     assert "2 of 2 left, 1 wait for units to free" in html
+    # when it finishes at this limit: the third waits for the first of the two units taken now, 24 hours on
+    finish = re.search(r"finishes\s+(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.\d+ UTC", html)
+    assert finish, html
+    assert abs(datetime.fromisoformat(finish[1]).replace(tzinfo=UTC) - (datetime.now(UTC) + timedelta(hours=24))) \
+        < timedelta(minutes=5)
     assert "<script>" not in html and " style=" not in html
 
 

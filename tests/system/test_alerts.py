@@ -77,7 +77,9 @@ def test_the_issue_alerts_are_all_shipped():
               "wa_outbox_senders_paused", 'status="unknown"', 'queue="webhook_events"', 'reason="signature"',
               'url_rule="/webhooks/whatsapp"', "wa_outbox_database_up",
               "wa_outbox_endpoints_disabled_total", "wa_outbox_deliveries_lag_seconds",
-              "wa_outbox_template_dead_letters_total", "wa_outbox_template_category_changes_pending"]
+              "wa_outbox_template_dead_letters_total", "wa_outbox_template_category_changes_pending",
+              # issue 20: a portfolio's messaging limit used up with messages waiting
+              "wa_outbox_portfolio_messages_held", "wa_outbox_portfolio_budget_remaining"]
     for fragment in wanted:
         assert any(fragment in expr for expr in expressions.values()), fragment
     assert "increase(wa_outbox_queue_rows" not in " ".join(expressions.values())  # never increase() of a gauge
