@@ -221,9 +221,28 @@ def test_a_404_is_final_and_the_message_itself_is_not_held_back(stack, db):
                        what="media failed")
     assert "100" in row["last_error"]["error"] and row["attempts"] == 1
     assert not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "failed"
     # the message was received and processed as any other
     assert db.execute("SELECT count(*) FROM wa_outbox.events WHERE type = 'message.received'").fetchone()[0] == 1
     assert db.execute("SELECT status FROM wa_outbox.webhook_events").fetchone()[0] == "done"
+
+
+def test_retried_while_the_id_can_be_fetched_then_expired(stack, db):
+    web_url, sim, worker = stack
+    sim.set_faults([{"mode": "http_error", "status": 503, "match": {"route": "media_lookup"}}])  # every lookup
+    with worker():
+        sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
+        wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["attempts"] >= 1, what="a failed lookup")
+        # Meta serves the id two more seconds: the backoff (0.2 s to 1 s here) retries until the next try is past it
+        db.execute("UPDATE wa_outbox.media SET fetch_until = now() + interval '2 seconds' WHERE meta_media_id = %s",
+                   (sent["media_id"],))
+        row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "expired" and r,
+                       what="media expired")
+    assert row["attempts"] >= 2 and "503" in row["last_error"]["error"]
+    assert sim.media_stats()["downloads"] == {} and not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "expired"
 
 
 def test_a_refused_token_pauses_the_sender_not_the_media_queue(stack, db, settings):
