@@ -1,7 +1,8 @@
 """Issue 21's inbound media through the real web (on a socket), a real worker and the simulator: the customer's file
 reaches the app byte-identical (sha256), in Postgres and in an S3-compatible bucket (moto's server mode, a real HTTP
 server started here); an expired URL is fetched again; three 503s then success give one media.ready; a redelivered
-webhook fetches once; 404 is final; a refused token pauses the sender; GET /v1/media answers ranges and states."""
+webhook fetches once; 404 is final; retries end expired; a refused token pauses the sender; the size cap (declared or
+counted) records too_large; GET /v1/media answers ranges and states; prune removes a bucket's objects."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import requests
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, serve, wait_for, worker_settings
 from wa_outbox import db as wa_db, media_policy, queries
+from wa_outbox.media_retention import prune_media
 from wa_outbox.simulator import SimulatorServer
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -277,6 +279,27 @@ def test_over_the_size_cap_is_recorded_too_large(stack, db, client):
     assert db.execute("SELECT count(*) FROM wa_outbox.media_chunks").fetchone()[0] == 0
 
 
+def test_over_the_size_cap_counted_while_downloading_is_recorded_too_large(stack, db, monkeypatch):
+    """A lookup that does not say the file's size: the cap is enforced on the bytes as they arrive."""
+    web_url, sim, worker = stack
+    judge = media_policy.judge_lookup
+
+    def without_file_size(status, body, max_bytes=None):
+        if isinstance(body, dict):
+            body = {k: v for k, v in body.items() if k != "file_size"}
+        return judge(status, body, max_bytes)
+    monkeypatch.setattr(media_policy, "judge_lookup", without_file_size)
+    with worker(media_max_bytes=1000):
+        sent = sim.inbound_media(CUSTOMER, "document", os.urandom(5000), mime_type="application/pdf")
+        row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "too_large" and r,
+                       what="too_large")
+    assert row["attempts"] == 1 and "1000" in row["last_error"]["error"]
+    assert db.execute("SELECT count(*) FROM wa_outbox.media_chunks").fetchone()[0] == 0
+    assert not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "too_large"
+
+
 def test_no_download_url_is_stored_or_logged(stack, db, caplog):
     web_url, sim, worker = stack
     sim.set_faults([{"mode": "expired_url", "match": {"route": "media_lookup"}, "count": 3}])
@@ -423,3 +446,29 @@ def test_a_slow_download_into_a_bucket_keeps_its_lease(s3_app, db, database_url)
         engine.dispose()
     assert rescued == [] and row["attempts"] == 1 and row["sha256"] == slow["sha256"]
     assert len(ready_events(db, slow["media_id"])) == 1
+
+
+def test_prune_removes_a_buckets_object_with_its_row(s3_app, s3_server, db, database_url):
+    import boto3
+    from botocore.exceptions import ClientError
+    app, s3_settings = s3_app
+    with serve(app) as web_url, SimulatorServer(access_token=s3_settings.access_token,
+                                                app_secret=s3_settings.app_secret,
+                                                webhook_url=f"{web_url}/webhooks/whatsapp",
+                                                phone_number_id=SENDER) as sim, \
+            running_worker(worker_settings(s3_settings, sim.base_url)):
+        old, new = (sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg") for _ in range(2))
+        rows = [stored(db, sent["media_id"]) for sent in (old, new)]
+    keys = [f"inbound/{row['id']}" for row in rows]
+    bucket = boto3.client("s3")
+    db.execute("UPDATE wa_outbox.media SET created_at = now() - interval '40 days' WHERE id = %s", (rows[0]["id"],))
+    engine = wa_db.create_engine(database_url, pool_size=1)
+    try:
+        assert prune_media(engine, s3_settings, days=30) == 1
+    finally:
+        engine.dispose()
+    assert [r[0] for r in db.execute("SELECT id FROM wa_outbox.media").fetchall()] == [rows[1]["id"]]
+    with pytest.raises(ClientError) as gone:
+        bucket.head_object(Bucket="wa-media", Key=keys[0])
+    assert gone.value.response["Error"]["Code"] == "404"
+    assert bucket.head_object(Bucket="wa-media", Key=keys[1])["ContentLength"] == len(JPEG)
