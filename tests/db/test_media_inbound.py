@@ -1,7 +1,8 @@
 """Issue 21's inbound media through the real web (on a socket), a real worker and the simulator: the customer's file
 reaches the app byte-identical (sha256), in Postgres and in an S3-compatible bucket (moto's server mode, a real HTTP
 server started here); an expired URL is fetched again; three 503s then success give one media.ready; a redelivered
-webhook fetches once; 404 is final; a refused token pauses the sender; GET /v1/media answers ranges and states."""
+webhook fetches once; 404 is final; retries end expired; a refused token pauses the sender; the size cap (declared or
+counted) records too_large; GET /v1/media answers ranges and states; prune removes a bucket's objects."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import requests
 from tests.conftest import API_TOKEN
 from tests.live import SENDER, running_worker, serve, wait_for, worker_settings
 from wa_outbox import db as wa_db, media_policy, queries
+from wa_outbox.media_retention import prune_media
 from wa_outbox.simulator import SimulatorServer
 
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -221,9 +223,28 @@ def test_a_404_is_final_and_the_message_itself_is_not_held_back(stack, db):
                        what="media failed")
     assert "100" in row["last_error"]["error"] and row["attempts"] == 1
     assert not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "failed"
     # the message was received and processed as any other
     assert db.execute("SELECT count(*) FROM wa_outbox.events WHERE type = 'message.received'").fetchone()[0] == 1
     assert db.execute("SELECT status FROM wa_outbox.webhook_events").fetchone()[0] == "done"
+
+
+def test_retried_while_the_id_can_be_fetched_then_expired(stack, db):
+    web_url, sim, worker = stack
+    sim.set_faults([{"mode": "http_error", "status": 503, "match": {"route": "media_lookup"}}])  # every lookup
+    with worker():
+        sent = sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg")
+        wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["attempts"] >= 1, what="a failed lookup")
+        # Meta serves the id two more seconds: the backoff (0.2 s to 1 s here) retries until the next try is past it
+        db.execute("UPDATE wa_outbox.media SET fetch_until = now() + interval '2 seconds' WHERE meta_media_id = %s",
+                   (sent["media_id"],))
+        row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "expired" and r,
+                       what="media expired")
+    assert row["attempts"] >= 2 and "503" in row["last_error"]["error"]
+    assert sim.media_stats()["downloads"] == {} and not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "expired"
 
 
 def test_a_refused_token_pauses_the_sender_not_the_media_queue(stack, db, settings):
@@ -256,6 +277,27 @@ def test_over_the_size_cap_is_recorded_too_large(stack, db, client):
     answer = client.get(f"/v1/media/{sent['media_id']}", headers=AUTH)
     assert answer.status_code == 404 and answer.get_json()["state"] == "too_large"
     assert db.execute("SELECT count(*) FROM wa_outbox.media_chunks").fetchone()[0] == 0
+
+
+def test_over_the_size_cap_counted_while_downloading_is_recorded_too_large(stack, db, monkeypatch):
+    """A lookup that does not say the file's size: the cap is enforced on the bytes as they arrive."""
+    web_url, sim, worker = stack
+    judge = media_policy.judge_lookup
+
+    def without_file_size(status, body, max_bytes=None):
+        if isinstance(body, dict):
+            body = {k: v for k, v in body.items() if k != "file_size"}
+        return judge(status, body, max_bytes)
+    monkeypatch.setattr(media_policy, "judge_lookup", without_file_size)
+    with worker(media_max_bytes=1000):
+        sent = sim.inbound_media(CUSTOMER, "document", os.urandom(5000), mime_type="application/pdf")
+        row = wait_for(lambda: (r := media_row(db, sent["media_id"])) and r["state"] == "too_large" and r,
+                       what="too_large")
+    assert row["attempts"] == 1 and "1000" in row["last_error"]["error"]
+    assert db.execute("SELECT count(*) FROM wa_outbox.media_chunks").fetchone()[0] == 0
+    assert not ready_events(db, sent["media_id"])
+    answer = requests.get(f"{web_url}/v1/media/{sent['media_id']}", headers=AUTH, timeout=10)
+    assert answer.status_code == 404 and answer.json()["state"] == "too_large"
 
 
 def test_no_download_url_is_stored_or_logged(stack, db, caplog):
@@ -404,3 +446,29 @@ def test_a_slow_download_into_a_bucket_keeps_its_lease(s3_app, db, database_url)
         engine.dispose()
     assert rescued == [] and row["attempts"] == 1 and row["sha256"] == slow["sha256"]
     assert len(ready_events(db, slow["media_id"])) == 1
+
+
+def test_prune_removes_a_buckets_object_with_its_row(s3_app, s3_server, db, database_url):
+    import boto3
+    from botocore.exceptions import ClientError
+    app, s3_settings = s3_app
+    with serve(app) as web_url, SimulatorServer(access_token=s3_settings.access_token,
+                                                app_secret=s3_settings.app_secret,
+                                                webhook_url=f"{web_url}/webhooks/whatsapp",
+                                                phone_number_id=SENDER) as sim, \
+            running_worker(worker_settings(s3_settings, sim.base_url)):
+        old, new = (sim.inbound_media(CUSTOMER, "image", JPEG, mime_type="image/jpeg") for _ in range(2))
+        rows = [stored(db, sent["media_id"]) for sent in (old, new)]
+    keys = [f"inbound/{row['id']}" for row in rows]
+    bucket = boto3.client("s3")
+    db.execute("UPDATE wa_outbox.media SET created_at = now() - interval '40 days' WHERE id = %s", (rows[0]["id"],))
+    engine = wa_db.create_engine(database_url, pool_size=1)
+    try:
+        assert prune_media(engine, s3_settings, days=30) == 1
+    finally:
+        engine.dispose()
+    assert [r[0] for r in db.execute("SELECT id FROM wa_outbox.media").fetchall()] == [rows[1]["id"]]
+    with pytest.raises(ClientError) as gone:
+        bucket.head_object(Bucket="wa-media", Key=keys[0])
+    assert gone.value.response["Error"]["Code"] == "404"
+    assert bucket.head_object(Bucket="wa-media", Key=keys[1])["ContentLength"] == len(JPEG)

@@ -43,6 +43,10 @@ def test_the_quick_chaos_run_loses_nothing_and_sends_nothing_twice(chaos_results
                                                       "error_130429", "error_131056", "error_131000")), outcomes
     assert results["webhook_redeliveries"] > 0 and results["unknown_messages"] > 0
     assert all(counts == {"refused": 3} for counts in results["nul_texts"].values())
+    # Customers' files were in the inbound stream (their lookups and downloads faulted): every one stored, with one
+    # media.ready each (the audit's violations say byte-identical, and name any file that is not).
+    assert results["media_files"] > 0
+    assert results["media_stored"] == results["media_ready_events"] == results["media_files"]
     # And the audit's figures agree with its verdict.
     assert results["lost"] == 0 and results["sent_twice_knowable"] == 0 and results["stored_twice"] == 0
     assert results["dead"] == results["permanent"] > 0

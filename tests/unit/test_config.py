@@ -113,3 +113,22 @@ def test_a_percent_encoded_sequence_that_is_no_utf8_is_one_line_naming_the_varia
         Settings.from_env({"DATABASE_URL": "postgresql://app:se%A0cret@db.example/app"})
     message = str(info.value)
     assert message.startswith("DATABASE_URL=") and "not UTF-8" in message and "se%A0cret" not in message
+
+
+def test_the_media_store_and_its_size_cap():
+    from wa_outbox import media_store
+    default = media_store.from_settings(Settings.from_env(WEB_ENV))
+    assert (default.name, default.max_bytes) == ("postgres", 16 * 1024 * 1024)
+    capped = media_store.from_settings(Settings.from_env({**WEB_ENV, "WA_OUTBOX_MEDIA_MAX_BYTES": "1000"}))
+    assert (capped.name, capped.max_bytes) == ("postgres", 1000)
+    pytest.importorskip("boto3")
+    bucket = media_store.from_settings(Settings.from_env({**WEB_ENV,
+                                                          "WA_OUTBOX_MEDIA_STORE": "s3://wa-media/inbound/x"}))
+    assert (bucket.name, bucket.bucket, bucket.key_of(7)) == ("s3", "wa-media", "inbound/x/7")
+    assert bucket.max_bytes == 100 * 1024 * 1024  # Meta's largest document
+    for wrong in ("s3://", "s3://Bad_Bucket/p", "file:///tmp", "mysql"):
+        with pytest.raises(ConfigError) as info:
+            Settings.from_env({**WEB_ENV, "WA_OUTBOX_MEDIA_STORE": wrong})
+        assert "WA_OUTBOX_MEDIA_STORE" in str(info.value)
+    with pytest.raises(ConfigError, match="WA_OUTBOX_MEDIA_MAX_BYTES"):
+        Settings.from_env({**WEB_ENV, "WA_OUTBOX_MEDIA_MAX_BYTES": "0"})
