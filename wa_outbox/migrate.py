@@ -17,6 +17,11 @@ from . import db
 
 
 def _migrations_dir() -> Path:
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "setup.py").is_file() and (checkout / "migrations" / "env.py").is_file():
+        # the package imported from a checkout: that checkout's migrations/, even where the virtualenv's editable
+        # install maps wa_outbox._migrations to another one's (a second worktree using the first one's .venv)
+        return checkout / "migrations"
     try:  # installed (wheel or editable): migrations/ as the subpackage setup.py maps it to
         where = importlib.import_module(f"{__package__}._migrations").__file__
     except ImportError:  # a checkout used without installing it (PYTHONPATH=.)

@@ -119,6 +119,20 @@ def test_everything_the_page_loads_is_served_by_the_page(logged_in):
         response.close()
 
 
+def test_every_page_is_under_a_strict_policy_it_needs_no_exception_from(logged_in, db):
+    """The policy allows nothing inline and nothing from elsewhere, and no page relies on what it refuses: no inline
+    script, style element, style attribute or event handler attribute (each would be blocked in the browser)."""
+    nid = _insert(db, status="dead", code=131026)
+    paths = ("/ops", "/ops?q=5511987654321", f"/ops/messages/{nid}", "/ops/messages/999999999", "/ops/nowhere")
+    for response in [logged_in.get(path) for path in paths] + [logged_in.get("/ops/login")]:
+        policy = dict(part.strip().split(" ", 1) for part in response.headers["Content-Security-Policy"].split(";"))
+        assert policy["default-src"] == "'none'" and policy["frame-ancestors"] == "'none'", policy
+        assert all(source in ("'self'", "'none'", "data:") for sources in policy.values() for source in sources.split()
+                   ), policy  # never 'unsafe-inline', 'unsafe-eval', a host or a scheme wildcard
+        html = response.get_data(as_text=True)
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>|<style\b|\sstyle=|\son[a-z]+=", html, re.I), html
+
+
 def test_other_paths_never_get_the_session_cookie(logged_in):
     assert "Set-Cookie" not in logged_in.get("/healthz").headers
 

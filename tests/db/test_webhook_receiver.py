@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import APP_SECRET, meta_body, post_webhook
 from wa_outbox.webhooks import sign
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def text_message(wamid: str, body: str = "hello", phone_number_id: str = "106540352242922") -> dict:
@@ -321,3 +327,16 @@ def test_receiver_recovers_when_the_database_drops_its_connections(client, db):
     r = post_webhook(client, envelope(messages=[text_message("wamid.R2")]))
     assert r.status_code == 200 and r.json["new"] == 1
     assert count(db) == 2
+
+
+# --- the README's signed webhook --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", ["README.md", "docs/tour.md"])
+def test_the_tours_signed_webhook_answers_as_the_page_says(client, db, page):
+    """The tour's BODY, signed and posted twice: the answers are the ones its comment shows, byte for byte."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    body = re.search(r"^BODY='([^']+)'$", text, re.M).group(1).encode()
+    first, again = re.search(r"^# (\{.*\})   \.\.\. and again: (\{.*\})$", text, re.M).groups()
+    assert post_webhook(client, body).get_data(as_text=True).strip() == first
+    assert post_webhook(client, body).get_data(as_text=True).strip() == again
+    assert count(db) == 1

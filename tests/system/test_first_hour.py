@@ -27,7 +27,8 @@ def embedded_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     ssh: platformdirs warned about it on every command)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("WHATSAPP_", "WA_OUTBOX_", "LOG_")) and k not in ("DATABASE_URL", "XDG_RUNTIME_DIR")}
-    env.update(WA_OUTBOX_DATA_DIR=str(tmp_path / ".wa-outbox"), WHATSAPP_PHONE_NUMBER_ID="100000000000001", **extra)
+    env.update(WA_OUTBOX_DATA_DIR=str(tmp_path / ".wa-outbox"), WHATSAPP_PHONE_NUMBER_ID="100000000000001",
+               PYTHONPATH=str(ROOT), **extra)  # this checkout's code, whichever one the virtualenv was installed from
     return env
 
 
@@ -72,6 +73,39 @@ def test_dev_prints_a_database_url_that_works_and_never_a_configured_token(tmp_p
     output = "".join(lines)
     assert secret not in output, output
     assert "RuntimeDirWarning" not in output and "embedded postgres ready" not in output
+
+
+def test_dev_on_a_real_database_never_prints_its_token_or_password(tmp_path, database_url):
+    """The issue's case: `wa-outbox dev` pointed at a deployment's DATABASE_URL (a password in it) with its
+    WA_OUTBOX_API_TOKENS: neither is printed, and the curls it prints work once $TOKEN is set."""
+    secret, password = "real-deployment-token-8c2e5a", "real-db-password-7f3a"
+    url = database_url.replace("postgresql://postgres@", f"postgresql://postgres:{password}@", 1)
+    assert password in url  # the test server trusts its clients: the password is ignored, never refused
+    env = embedded_env(tmp_path, DATABASE_URL=url, WA_OUTBOX_API_TOKENS=secret)
+    web_port, sim_port = free_port(), free_port()
+    proc = subprocess.Popen([SCRIPT, "dev", "--port", str(web_port), "--simulator-port", str(sim_port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("Ctrl-C stops everything" in line for line in lines), timeout=120, interval=0.2,
+                 what="dev's banner")
+        [curl] = [line for line in lines if line.startswith("  ID=$(curl")]
+        assert 'Bearer $TOKEN' in curl and f"127.0.0.1:{web_port}/v1/messages" in curl
+        wait_for(lambda: any("Listening at" in line for line in lines), timeout=60, what="the web app")
+        done = subprocess.run(["bash", "-c", curl.strip() + "; echo; echo $ID"], env={**env, "TOKEN": secret},
+                              capture_output=True, text=True, timeout=60)
+        *shown, message_id = done.stdout.split()  # the message's JSON, then the id the first curl queued
+        assert message_id.isdigit() and f'"id":{message_id},' in "".join(shown), done
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+    output = "".join(lines)
+    assert proc.returncode == 0, output
+    assert secret not in output and password not in output, output
 
 
 def test_shell_completion_scripts_and_answers():
