@@ -32,3 +32,10 @@ def test_the_lead_grows_with_the_claim_time_between_its_bounds():
 def test_the_lead_is_not_one_slot_interval_at_high_rates():
     # the bug it fixes: at 10,000 mps one slot interval (0.1 ms) is far less than a 20 ms claim needs
     assert ahead_lead(0.020) > 100 * (1 / 10_000)
+
+
+def test_a_sender_whose_sends_may_go_later_gets_its_slots_nearer():
+    # above Meta's highest throughput the margin lets a send go seconds late (late_send_limit): a thread waiting for
+    # a slot its row could have gone in anyway serves no one
+    assert ahead_lead(0.030, late_limit=15.0) == AHEAD_LEAD_MIN
+    assert ahead_lead(0.030, late_limit=0.030) <= ahead_lead(0.030)

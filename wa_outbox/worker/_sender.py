@@ -112,13 +112,13 @@ def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, cla
             and send_seconds < claim_seconds)
 
 
-def ahead_lead(claim_seconds: float | None) -> float:
+def ahead_lead(claim_seconds: float | None, late_limit: float = LATE_SEND_LIMIT) -> float:
     """How far ahead the first slot reserved before a claim lies: so that the claim's rows, back after its moving
-    average with a margin, reach their threads no later than LATE_SEND_LIMIT after their slots (sent, not
-    re-slotted) and no sooner than needed; SLOT_LEAD before any claim."""
+    average with a margin, reach their threads no later than `late_limit` (the senders' late_send_limit) after their
+    slots (sent, not re-slotted) and no sooner than needed; SLOT_LEAD before any claim."""
     if claim_seconds is None:
         return SLOT_LEAD
-    lead = claim_seconds * AHEAD_LEAD_MARGIN - LATE_SEND_LIMIT + AHEAD_LEAD_MIN
+    lead = claim_seconds * AHEAD_LEAD_MARGIN - late_limit + AHEAD_LEAD_MIN
     return min(SLOT_LEAD, max(AHEAD_LEAD_MIN, lead))
 
 
@@ -235,6 +235,7 @@ class Sender:
         self._send_seconds: float | None = None   # moving averages (gather_first)
         self._claim_seconds: float | None = None
         self._reserve_for: list[str] = []       # senders whose slots the next claim reserves ahead (next_reservations)
+        self._late_limits: dict[str, float] = {}  # each sender's late_send_limit, as its last claimed row gave it
         self._walk_after = ""                   # the next claim walks the senders from here (next_walk_start)
         # slots to give back (right after the claim, else later)
         self._unused: dict[str, tuple[int, datetime | None]] = {}
@@ -335,7 +336,9 @@ class Sender:
             self.engine, senders=everyone, wanted=[limit if s in senders else 0 for s in everyone],
             unused=[self._unused.get(s, (0, None))[0] for s in everyone],
             reserved_at=[self._unused.get(s, (0, None))[1] for s in everyone],
-            default_mps=self.settings.rate_limit_mps, lead=ahead_lead(self._claim_seconds), horizon=SLOT_HORIZON)
+            default_mps=self.settings.rate_limit_mps, horizon=SLOT_HORIZON,
+            lead=ahead_lead(self._claim_seconds, min((self._late_limits.get(s, LATE_SEND_LIMIT) for s in senders),
+                                                     default=LATE_SEND_LIMIT)))
         self._unused = {}
         return [row for row in rows if row.phone_number_id in senders]
 
@@ -357,6 +360,8 @@ class Sender:
             "reserved": json.dumps([grant.as_json() for grant in reserved], default=str), "after": self._walk_after})
         self.uploads.prefetch(rows)  # the Meta ids of their files, per sender: one statement, none without files
         claimed_senders = [row.phone_number_id for row in rows]
+        for row in rows:  # a rate above Meta's highest lets its slots lie nearer: its sends may go later (ahead_lead)
+            self._late_limits[row.phone_number_id] = late_send_limit(row.slot_margin)
         rows = self._hold_by_template(rows)
         self._reserve_for, self._unused = next_reservations(reserved, claimed_senders, limit)
         self._walk_after = next_walk_start(self._walk_after, claimed_senders)
