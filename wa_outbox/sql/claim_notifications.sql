@@ -44,8 +44,7 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     -- thread until its slot, so a slow sender's rows would hold threads the others could use). The walk stops once
     -- the shares fill the batch, so one claim serves many senders and the next goes on from there; a sender with no
     -- slot soon is passed over and its rows are not read.
-    SELECT f.sender, f.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
-           least(q.soon, greatest(1, %(limit)s / 64))
+    SELECT f.sender, f.wrapped, q.slots, sh.share, sh.share
     FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n
                                       WHERE n.status = 'queued' AND NOT n.blocked
                                       ORDER BY n.phone_number_id LIMIT 1)) AS sender,
@@ -55,7 +54,8 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                         ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up
           OFFSET 0) f  -- OFFSET 0: computed once, not once per use
     CROSS JOIN LATERAL (
-        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon,
+               a.granted IS NULL AND b.slots IS NOT NULL AS own  -- its schedule is the claim's to lock
         FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = f.sender LIMIT 1) AS granted) a
         LEFT JOIN LATERAL (
             SELECT CASE WHEN r.paused_until > now() THEN 0
@@ -69,10 +69,15 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                           AS level) l
             WHERE r.phone_number_id = f.sender) b ON true
         OFFSET 0) q
+    -- a sender another claim holds is passed over here, not counted: its rows are that claim's (SKIP LOCKED below),
+    -- and counting its share left this batch short (two workers' walks often cross)
+    LEFT JOIN LATERAL (SELECT true AS got FROM wa_outbox.rate_limits r WHERE r.phone_number_id = f.sender AND q.own
+                       AND q.soon > 0 FOR UPDATE SKIP LOCKED) lk ON true
+    CROSS JOIN LATERAL (SELECT CASE WHEN q.own AND q.soon > 0 AND lk.got IS NULL THEN 0
+                                    ELSE least(q.soon, greatest(1, %(limit)s / 64)) END AS share) sh
     WHERE f.sender IS NOT NULL
     UNION ALL
-    SELECT nx.sender, nx.wrapped, q.slots, least(q.soon, greatest(1, %(limit)s / 64)),
-           w.total + least(q.soon, greatest(1, %(limit)s / 64))
+    SELECT nx.sender, nx.wrapped, q.slots, sh.share, w.total + sh.share
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT coalesce(up.sender, CASE WHEN NOT w.wrapped AND %(after)s <> '' THEN (
@@ -83,7 +88,8 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                       WHERE n.status = 'queued' AND NOT n.blocked AND n.phone_number_id > w.sender
                       ORDER BY n.phone_number_id LIMIT 1) AS sender OFFSET 0) up OFFSET 0) nx
     CROSS JOIN LATERAL (
-        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon
+        SELECT coalesce(a.granted, b.slots, %(limit)s) AS slots, coalesce(a.granted, b.soon, %(limit)s) AS soon,
+               a.granted IS NULL AND b.slots IS NOT NULL AS own  -- its schedule is the claim's to lock
         FROM (SELECT (SELECT a.granted FROM ahead a WHERE a.phone_number_id = nx.sender LIMIT 1) AS granted) a
         LEFT JOIN LATERAL (
             SELECT CASE WHEN r.paused_until > now() THEN 0
@@ -97,6 +103,10 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                           AS level) l
             WHERE r.phone_number_id = nx.sender) b ON true
         OFFSET 0) q
+    LEFT JOIN LATERAL (SELECT true AS got FROM wa_outbox.rate_limits r WHERE r.phone_number_id = nx.sender AND q.own
+                       AND q.soon > 0 FOR UPDATE SKIP LOCKED) lk ON true
+    CROSS JOIN LATERAL (SELECT CASE WHEN q.own AND q.soon > 0 AND lk.got IS NULL THEN 0
+                                    ELSE least(q.soon, greatest(1, %(limit)s / 64)) END AS share) sh
     WHERE w.total < %(limit)s AND nx.sender IS NOT NULL
       AND NOT (nx.wrapped AND (nx.sender > %(after)s OR %(after)s = ''))
 ), lap AS (  -- the whole circle walked with room left in the batch
