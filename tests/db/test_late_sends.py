@@ -33,28 +33,40 @@ def test_the_transport_refuses_a_request_past_its_deadline_and_sends_nothing(sim
         transport.close()
 
 
-def test_a_send_stalled_past_its_slot_is_re_slotted_not_sent_late(db, sender, sim, settings, run, monkeypatch):
-    assert run("ratelimit", "set", SENDER, "--mps", "5").exit_code == 0
+def stall_first_send(monkeypatch) -> tuple[threading.Event, threading.Event, list[int]]:
+    """The first send stalls (as a starved machine stalls a thread) until `release` is set: (held: it has stalled,
+    release, [its id])."""
     held, release = threading.Event(), threading.Event()
     real = _sender.request_body
     stalled: list[int] = []
 
     def stalling_body(row):
-        """The first send stalls (as a starved machine stalls a thread) until its slot is past the limit."""
         if not stalled:
             stalled.append(row.id)
             held.set()
             release.wait(30)
         return real(row)
     monkeypatch.setattr(_sender, "request_body", stalling_body)
+    return held, release, stalled
+
+
+def hold_until_slipped(db, held: threading.Event, stalled: list[int], seconds: float) -> float:
+    """Once the send has stalled: wait until the database's clock is past its slot by `seconds`; its slot."""
+    assert held.wait(30), "no send started"
+    slot = db.execute("SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
+                      "WHERE notification_id = %s AND event = 'sending'", (stalled[0],)).fetchone()[0]
+    wait_for(lambda: db.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+             > slot + seconds, what="the slot to slip")
+    return slot
+
+
+def test_a_send_stalled_past_its_slot_is_re_slotted_not_sent_late(db, sender, sim, settings, run, monkeypatch):
+    assert run("ratelimit", "set", SENDER, "--mps", "5").exit_code == 0
+    held, release, stalled = stall_first_send(monkeypatch)
     ids = queue(db, 3)
     with running_worker(worker_settings(settings, sim.base_url)) as worker:
-        assert held.wait(30), "no send started"
-        slot = db.execute("SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
-                          "WHERE notification_id = %s AND event = 'sending'", (stalled[0],)).fetchone()[0]
         # the stall lasts until the database's clock is past the slot by more than the limit
-        wait_for(lambda: db.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-                 > slot + LATE_SEND_LIMIT + 0.05, what="the slot to slip")
+        slot = hold_until_slipped(db, held, stalled, LATE_SEND_LIMIT + 0.05)
         release.set()
         wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="every message sent")
         assert worker.sender.stats["reslotted"] >= 1
@@ -80,24 +92,10 @@ def test_above_metas_highest_throughput_a_stalled_send_goes_in_its_own_slot(db, 
     (schema.sql, slot_margin): a send 200 ms late is inside it, so it goes in its slot, not re-slotted: a drain on a
     busy machine is not held back by wake-ups no second at Meta's end could feel."""
     assert run("ratelimit", "set", SENDER, "--mps", "1000000").exit_code == 0
-    held, release = threading.Event(), threading.Event()
-    real = _sender.request_body
-    stalled: list[int] = []
-
-    def stalling_body(row):
-        if not stalled:
-            stalled.append(row.id)
-            held.set()
-            release.wait(30)
-        return real(row)
-    monkeypatch.setattr(_sender, "request_body", stalling_body)
+    held, release, stalled = stall_first_send(monkeypatch)
     ids = queue(db, 3)
     with running_worker(worker_settings(settings, sim.base_url)) as worker:
-        assert held.wait(30), "no send started"
-        slot = db.execute("SELECT (detail->>'send_at')::float8 FROM wa_outbox.notification_events "
-                          "WHERE notification_id = %s AND event = 'sending'", (stalled[0],)).fetchone()[0]
-        wait_for(lambda: db.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-                 > slot + 0.2, what="the slot to slip by 200 ms")
+        hold_until_slipped(db, held, stalled, 0.2)
         release.set()
         wait_for(lambda: len(sim.messages()) == len(ids), timeout=30, what="every message sent")
         assert worker.sender.stats["reslotted"] == 0

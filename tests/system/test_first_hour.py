@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -47,9 +49,10 @@ def test_commands_on_the_embedded_database_print_their_result_alone(tmp_path):
     assert shown.stdout.startswith(f"message {sent.stdout.strip()}: queued") and shown.stderr == ""
 
 
-def test_dev_prints_a_database_url_that_works_and_never_a_configured_token(tmp_path):
-    secret = "my-own-api-token-4b1d9c0e7f"
-    env = embedded_env(tmp_path, WA_OUTBOX_API_TOKENS=secret)
+@contextmanager
+def running_dev(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, list[str], int]]:
+    """`wa-outbox dev` on free ports, its output read line by line, until its banner is out; stopped with Ctrl-C
+    (SIGINT to its process group) on the way out. (the process, its lines so far, the web's port)"""
     web_port, sim_port = free_port(), free_port()
     proc = subprocess.Popen([SCRIPT, "dev", "--port", str(web_port), "--simulator-port", str(sim_port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -60,16 +63,23 @@ def test_dev_prints_a_database_url_that_works_and_never_a_configured_token(tmp_p
     try:
         wait_for(lambda: any("Ctrl-C stops everything" in line for line in lines), timeout=120, interval=0.2,
                  what="dev's banner")
+        yield proc, lines, web_port
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+
+
+def test_dev_prints_a_database_url_that_works_and_never_a_configured_token(tmp_path):
+    secret = "my-own-api-token-4b1d9c0e7f"
+    env = embedded_env(tmp_path, WA_OUTBOX_API_TOKENS=secret)
+    with running_dev(tmp_path, env) as (_, lines, _):
         banner = "".join(lines)
         [url] = re.findall(r"DATABASE_URL='([^']+)'", banner)
         assert "***" not in url and url.startswith("postgresql://postgres@/postgres?host=")
         with psycopg.connect(url, connect_timeout=10) as conn:  # another app, with the URL as printed
             assert conn.execute("SELECT count(*) FROM wa_outbox.notifications").fetchone() == (0,)
         assert 'Bearer $TOKEN' in banner and "not shown" in banner
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=30)
-        reader.join(timeout=10)
     output = "".join(lines)
     assert secret not in output, output
     assert "RuntimeDirWarning" not in output and "embedded postgres ready" not in output
@@ -82,16 +92,7 @@ def test_dev_on_a_real_database_never_prints_its_token_or_password(tmp_path, dat
     url = database_url.replace("postgresql://postgres@", f"postgresql://postgres:{password}@", 1)
     assert password in url  # the test server trusts its clients: the password is ignored, never refused
     env = embedded_env(tmp_path, DATABASE_URL=url, WA_OUTBOX_API_TOKENS=secret)
-    web_port, sim_port = free_port(), free_port()
-    proc = subprocess.Popen([SCRIPT, "dev", "--port", str(web_port), "--simulator-port", str(sim_port)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: any("Ctrl-C stops everything" in line for line in lines), timeout=120, interval=0.2,
-                 what="dev's banner")
+    with running_dev(tmp_path, env) as (proc, lines, web_port):
         [curl] = [line for line in lines if line.startswith("  ID=$(curl")]
         assert 'Bearer $TOKEN' in curl and f"127.0.0.1:{web_port}/v1/messages" in curl
         wait_for(lambda: any("Listening at" in line for line in lines), timeout=60, what="the web app")
@@ -99,10 +100,6 @@ def test_dev_on_a_real_database_never_prints_its_token_or_password(tmp_path, dat
                               capture_output=True, text=True, timeout=60)
         *shown, message_id = done.stdout.split()  # the message's JSON, then the id the first curl queued
         assert message_id.isdigit() and f'"id":{message_id},' in "".join(shown), done
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=30)
-        reader.join(timeout=10)
     output = "".join(lines)
     assert proc.returncode == 0, output
     assert secret not in output and password not in output, output
