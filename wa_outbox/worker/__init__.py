@@ -105,11 +105,10 @@ def wait_until_ready(settings: Settings, stopping: threading.Event, prepare=None
     return False
 
 
-# Connections the worker's pool keeps (SQLAlchemy adds up to max(2, pool // 2) more, each closed as soon as it is
-# returned). Under load that overflow opens and closes connections (about 4 a second at 50 messages/s in
-# bench/capacity.py), each a new backend that plans its statements again; a pool of 8 stops that, but drained
-# 15-25 % slower in bench/outbox.py's full drain (three A/B pairs, 2026-12-03): more of the send threads' statements
-# at once on the same cores and the same sender's rows. Kept at 4 until a pool can stop the churn without that.
+# The worker's pool: up to db.pool_limit(4) = 6 connections, all kept. Pools of 8 (up to 12) drained 15-25 % slower
+# in bench/outbox.py's full drain (three A/B pairs, 2026-12-03): more of the send threads' statements at once on the
+# same cores and the same sender's rows. (Before 2026-12-06 the 2 above 4 were closed on return and opened again,
+# about 13 backends a second per worker at 300 messages/s: db.create_engine.)
 WORKER_POOL_SIZE = 4
 
 
