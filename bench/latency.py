@@ -17,6 +17,10 @@ it comes. Reported per system and rate: p50 / p99 / max of the latency, over the
 - BullMQ (bench/node/bullmq_latency.mjs, installed from npm into build/bench-node/): `Queue.add()` resolving to a
   Worker's processor starting, producer and worker in processes of their own, Redis on 127.0.0.1:6379 (Debian's
   redis-server; REDIS_URL overrides).
+Where wa-outbox's time goes (a table of its own): from each message's timeline, COMMIT to its claim (the claim's
+`sending` row), the claim to the send slot it reserved, the slot to the request (`request_at`; a send wakes 4 ms early,
+so this can be negative), and the request to its arrival; how many sends were re-slotted (too late for their slot);
+and, when the server has pg_stat_statements loaded, the Postgres statements per message of the SQL cases.
 The clocks: every process reads the machine's wall clock (time.time(), performance.timeOrigin + performance.now()).
 Goal (issue 22): wa-outbox's p99 at or below the best peer's at each rate, and <= 20 ms at 50/s.
 """
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import shutil
@@ -120,6 +123,7 @@ def wa_outbox_case(server: str, sim: Simulator, rate: float, seconds: float, pat
     sim.reset()
     with scratch_database(server, f"latency_{path}") as url:
         wa_setup(url)
+        counting = _reset_statements(url)  # per-statement costs when the server has pg_stat_statements loaded
         env = _env(url, sim)
         procs = [subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
                  for _ in range(WORKERS)]
@@ -139,16 +143,18 @@ def wa_outbox_case(server: str, sim: Simulator, rate: float, seconds: float, pat
                 starts = _sql_stream(url, rate, n, offset)
             with psycopg.connect(url, autocommit=True) as conn:
                 _wait_for("the drain", lambda: conn.execute(PENDING).fetchone()[0] == 0, seconds * 3 + 60)
-                stages = _stages(conn)
+                statements = _statements(conn, n) if counting else None
+                messages = requests.get(f"{sim.url}/_admin/messages", timeout=60).json()["messages"]
+                ends = {int(m["biz_opaque_callback_data"]): m["received_at"] for m in messages}
+                stages = _stages(conn, starts, ends, min(starts.values()))
         finally:
             for p in [*procs, *([web] if web else [])]:
                 p.terminate()
             for p in [*procs, *([web] if web else [])]:
                 p.wait(30)
-    messages = requests.get(f"{sim.url}/_admin/messages", timeout=60).json()["messages"]
-    ends = {int(m["biz_opaque_callback_data"]): m["received_at"] for m in messages}
     result, missing = figures(starts, ends, min(starts.values()))
-    return {**result, "missing": missing, "messages": n, "stages_ms": stages}
+    return {**result, "missing": missing, "messages": n, "stages_ms": stages,
+            **({"statements": statements} if statements else {})}
 
 
 def _free_port() -> int:
@@ -212,24 +218,57 @@ def _http_stream(base: str, rate: float, n: int, offset: int) -> dict[int, float
     return ids
 
 
-STAGES = """
-SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY queued_to_claim) AS queued_to_claim_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY queued_to_claim) AS queued_to_claim_p99,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY claim_to_slot) AS claim_to_slot_p50,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY claim_to_slot) AS claim_to_slot_p99
-FROM (SELECT extract(epoch FROM s.created_at - n.created_at) * 1000 AS queued_to_claim,
-             ((s.detail->>'send_at')::float8 - extract(epoch FROM s.created_at)) * 1000 AS claim_to_slot
-      FROM wa_outbox.notifications n
-      JOIN wa_outbox.notification_events s ON s.notification_id = n.id AND s.event = 'sending') t
+TIMELINE = """
+SELECT DISTINCT ON (n.id) n.id, extract(epoch FROM s.created_at)::float8 AS claimed,
+       coalesce((t.detail->>'send_at')::float8, (s.detail->>'send_at')::float8) AS slot,
+       (t.detail->>'request_at')::float8 AS request_at, coalesce(t.detail ? 'send_at', false) AS reslotted
+FROM wa_outbox.notifications n
+JOIN wa_outbox.notification_events s ON s.notification_id = n.id AND s.event = 'sending'
+LEFT JOIN wa_outbox.notification_events t ON t.notification_id = n.id AND t.event = 'sent'
+ORDER BY n.id, s.id DESC
 """
+# Where a message's time goes, from the clocks each part keeps: the app's (COMMIT returned), the claim's (its
+# `sending` timeline row: the claim statement's start), the send slot the claim reserved (or the one a late send was
+# re-slotted to), the worker's (the request went: `request_at` on the `sent` row) and the simulator's (arrival).
+STAGES = (("COMMIT to claim", "commit", "claimed"), ("claim to send slot", "claimed", "slot"),
+          ("send slot to request", "slot", "request_at"), ("request to arrival", "request_at", "arrival"))
 
 
-def _stages(conn: psycopg.Connection) -> dict[str, float | None]:
-    """Where the time goes inside wa-outbox, from its timeline: the row's INSERT (its created_at: the transaction's
-    start, a little before COMMIT) to its claim, and the claim to the send slot it reserved."""
-    row = conn.execute(STAGES).fetchone()
-    names = ("queued_to_claim_p50", "queued_to_claim_p99", "claim_to_slot_p50", "claim_to_slot_p99")
-    return {k: (round(float(v), 2) if v is not None else None) for k, v in zip(names, row, strict=True)}
+def _stages(conn: psycopg.Connection, starts: dict[Any, float], ends: dict[Any, float],
+            first: float) -> dict[str, Any]:
+    """p50 / p99 (ms) of each stage of STAGES over the messages after the warm-up second, and how many were
+    re-slotted (their request would have gone too late for their slot: worker/_sender.py late_send_limit)."""
+    points: dict[str, list[float]] = {name: [] for name, _, _ in STAGES}
+    reslotted = 0
+    for id_, claimed, slot, request_at, moved in conn.execute(TIMELINE).fetchall():
+        reslotted += bool(moved)
+        commit = starts.get(id_)
+        if commit is None or commit < first + WARMUP_SECONDS:
+            continue
+        at = {"commit": commit, "claimed": claimed, "slot": slot, "request_at": request_at, "arrival": ends.get(id_)}
+        for name, a, b in STAGES:
+            if at[a] is not None and at[b] is not None:
+                points[name].append((at[b] - at[a]) * 1000)
+    out: dict[str, Any] = {name: {k: round(v, 2) for k, v in percentiles(vals).items() if k in ("p50", "p99")}
+                           for name, vals in points.items()}
+    out["reslotted"] = reslotted
+    return out
+
+
+def _statements(conn: psycopg.Connection, n: int) -> list[dict[str, Any]] | None:
+    """This database's statements per message (calls, Postgres ms) from pg_stat_statements, when the server has it
+    loaded (None otherwise): the claim's calls per message say how often a worker claimed for nothing."""
+    from bench.capacity import statement_costs, statement_names
+    try:
+        return statement_costs(conn, statement_names(), n)[:8]
+    except psycopg.Error:
+        return None
+
+
+def _reset_statements(url: str) -> bool:
+    from bench.capacity import statements_available
+    with psycopg.connect(url, autocommit=True) as conn:
+        return statements_available(conn) is None
 
 
 # --- pgqueuer ----------------------------------------------------------------------------------------------------
@@ -407,7 +446,9 @@ def main() -> None:
                 results[key] = figures_
                 if figures_.get("missing"):
                     problems.append(f"{key}: {figures_['missing']} never arrived")
-                stages = f", stages {json.dumps(figures_['stages_ms'])}" if "stages_ms" in figures_ else ""
+                stages = (", " + "; ".join(f"{name} p50 {v.get('p50')} p99 {v.get('p99')} ms" for name, v in
+                                           figures_["stages_ms"].items() if isinstance(v, dict))
+                          + f"; re-slotted {figures_['stages_ms']['reslotted']}") if "stages_ms" in figures_ else ""
                 print(f"{key:<24} p50 {figures_.get('p50', float('nan')):7.1f} ms  p99 "
                       f"{figures_.get('p99', float('nan')):7.1f} ms  max {figures_.get('max', float('nan')):7.1f} ms"
                       f"  (n={figures_.get('n')}, offered {figures_.get('offered_rate')}/s{stages})", flush=True)
@@ -430,11 +471,22 @@ def main() -> None:
             "goal": "<= the best peer" + (" and <= 20 ms" if goal_ms else ""), "met": met})
     rows = [[key, r.get("n"), *(round(r[k], 1) if k in r else None for k in ("p50", "p99", "max"))]
             for key, r in results.items()]
+    ours = {key: r for key, r in results.items() if "stages_ms" in r}
+    where = [[key, *(r["stages_ms"][name].get(q) for name, _, _ in STAGES for q in ("p50", "p99")),
+              r["stages_ms"]["reslotted"]] for key, r in ours.items()]
+    tables = [{"title": "Latency from COMMIT (or add) to arrival (or job start)",
+               "columns": ["system @ rate", "messages", "p50 ms", "p99 ms", "max ms"], "rows": rows},
+              {"title": "Where wa-outbox's time goes: each stage's p50 / p99 (ms), from the clocks each part keeps "
+                        "(HTTP: the COMMIT inside the request, so its first stage starts when the request is sent)",
+               "columns": ["case", *(f"{name} {q}" for name, _, _ in STAGES for q in ("p50", "p99")),
+                           "re-slotted"], "rows": where}]
+    tables += [{"title": f"Postgres statements per message, {key} (pg_stat_statements: executor and planner ms)",
+                "columns": ["statement", "calls per message", "ms per message"],
+                "rows": [[st["statement"], st["calls_per_message"], st["ms_per_message"]] for st in r["statements"]]}
+               for key, r in ours.items() if r.get("statements") and key.startswith("wa-outbox SQL")]
     write(args.json, "latency", {
         "seconds_per_rate": seconds, "rates": rates, "workers": WORKERS, "sender_mps": SENDER_MPS,
-        "results": results, "problems": problems, "headline": headline,
-        "tables": [{"title": "Latency from COMMIT (or add) to arrival (or job start)",
-                    "columns": ["system @ rate", "messages", "p50 ms", "p99 ms", "max ms"], "rows": rows}],
+        "results": results, "problems": problems, "headline": headline, "tables": tables,
     }, facts=facts)
     for h in headline:
         print(f"{h['what']}: {h['value']} ms beside {h['reference_name']} {h['reference']} ms "

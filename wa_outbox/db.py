@@ -1,9 +1,10 @@
 """Database access: the connection pool, the embedded Postgres for development, and the named SQL queries.
 
 Every query the service runs lives in its own file under `wa_outbox/sql/` and is loaded here by name, so the SQL is
-in one visible place and the Python around it stays thin. Queries use psycopg's `%(name)s` placeholders and run
-through `Connection.exec_driver_sql`, which hands them to psycopg unchanged (psycopg prepares repeated statements,
-unless WA_OUTBOX_DB_PREPARED_STATEMENTS=false: `connect_options`). Every connection the service opens is made here:
+in one visible place and the Python around it stays thin. Queries use psycopg's `%(name)s` placeholders; the hot
+paths (`fetch`, `execute`, `execute_named`) run them with PostgreSQL's own `$n` placeholders, converted once per
+process (`named_query`), on a raw psycopg cursor (psycopg prepares repeated statements, unless
+WA_OUTBOX_DB_PREPARED_STATEMENTS=false: `connect_options`). Every connection the service opens is made here:
 `create_engine` (pools) and `connect` (one-off connections, the listener's).
 """
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import urllib.parse
 import warnings
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,9 +34,55 @@ SCHEMA = "wa_outbox"
 
 
 @functools.cache
+@functools.cache
 def query(name: str) -> str:
-    """The text of `wa_outbox/sql/<name>.sql`."""
+    """The text of `wa_outbox/sql/<name>.sql` (read once per process)."""
     return resources.files("wa_outbox").joinpath("sql", f"{name}.sql").read_text()
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    """A query file with PostgreSQL's `$n` placeholders in place of psycopg's `%(name)s` (`%%` becomes `%`), as
+    psycopg would send it, and the parameters' names in `$n` order."""
+    text: bytes
+    names: tuple[str, ...]
+
+    def args(self, params: Mapping[str, Any] | None) -> list[Any] | None:
+        if not self.names:
+            return None
+        if params is None:
+            raise psycopg.ProgrammingError(f"query parameters missing: {', '.join(self.names)}")
+        try:
+            return [params[name] for name in self.names]
+        except KeyError as exc:
+            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+
+
+@functools.cache
+def named_query(name: str) -> NamedQuery:
+    """Query `name`, converted once. (psycopg converts `%(name)s` on every execute, and caches the conversion only
+    for queries up to 4 KB: the claim, the status batch and the deliveries' statements are longer, and converting
+    them was a tenth of a worker's Python CPU under load, bench/capacity.py with py-spy --gil, 2026-12-06.)"""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return "%"
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+    return NamedQuery(_PLACEHOLDER.sub(number, query(name)).encode(), tuple(names))
+
+
+def execute_named(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None, *,
+                  row_factory: RowFactory[Any] = dict_row) -> psycopg.Cursor[Any]:
+    """Run query `name` on `conn` (a raw cursor with `named_query`'s text); the cursor, to fetch from."""
+    converted = named_query(name)
+    cursor = psycopg.RawCursor(conn, row_factory=row_factory)
+    return cursor.execute(converted.text, converted.args(params))
 
 
 SAFE_TO_REPEAT = "-- Safe to repeat:"
@@ -81,8 +130,7 @@ def _run_once(engine: sa.Engine, name: str, params: dict[str, Any] | None,
               row_factory: RowFactory[Any]) -> tuple[list[Any], int]:
     conn = engine.raw_connection()
     try:
-        with psycopg_connection(conn).cursor(row_factory=row_factory) as cursor:
-            cursor.execute(query(name), params)
+        with execute_named(psycopg_connection(conn), name, params, row_factory=row_factory) as cursor:
             rows = cursor.fetchall() if cursor.description else []
             return rows, cursor.rowcount
     except psycopg.OperationalError:

@@ -32,13 +32,13 @@ def _ids(engine: sa.Engine, name: str, params: dict[str, Any]) -> list[int]:
 
 def _conn_rows(conn: psycopg.Connection[Any], name: str, cls: type[T], params: dict[str, Any] | None = None
                ) -> list[T]:
-    with conn.cursor(row_factory=class_row(cls)) as cursor:
-        return cursor.execute(db.query(name), params).fetchall()
+    with db.execute_named(conn, name, params, row_factory=class_row(cls)) as cursor:
+        return cursor.fetchall()
 
 
 def _conn_one(conn: psycopg.Connection[Any], name: str, cls: type[T], params: dict[str, Any]) -> T:
-    with conn.cursor(row_factory=class_row(cls)) as cursor:
-        found = cursor.execute(db.query(name), params).fetchone()
+    with db.execute_named(conn, name, params, row_factory=class_row(cls)) as cursor:
+        found = cursor.fetchone()
     assert found is not None  # these queries always return one row
     return found
 
