@@ -228,8 +228,9 @@ LEFT JOIN wa_outbox.notification_events t ON t.notification_id = n.id AND t.even
 ORDER BY n.id, s.id DESC
 """
 # Where a message's time goes, from the clocks each part keeps: the app's (COMMIT returned), the claim's (its
-# `sending` timeline row: the claim statement's start), the send slot the claim reserved (or the one a late send was
-# re-slotted to), the worker's (the request went: `request_at` on the `sent` row) and the simulator's (arrival).
+# `sending` timeline row, written as the claim statement ends: clock_timestamp()), the send slot the claim reserved
+# (or the one a late send was re-slotted to), the worker's (the request went: `request_at` on the `sent` row) and the
+# simulator's (arrival).
 STAGES = (("COMMIT to claim", "commit", "claimed"), ("claim to send slot", "claimed", "slot"),
           ("send slot to request", "slot", "request_at"), ("request to arrival", "request_at", "arrival"))
 

@@ -34,9 +34,8 @@ SCHEMA = "wa_outbox"
 
 
 @functools.cache
-@functools.cache
 def query(name: str) -> str:
-    """The text of `wa_outbox/sql/<name>.sql` (read once per process)."""
+    """The text of `wa_outbox/sql/<name>.sql`."""
     return resources.files("wa_outbox").joinpath("sql", f"{name}.sql").read_text()
 
 
@@ -66,15 +65,13 @@ def named_query(name: str) -> NamedQuery:
     """Query `name`, converted once. (psycopg converts `%(name)s` on every execute, and caches the conversion only
     for queries up to 4 KB: the claim, the status batch and the deliveries' statements are longer, and converting
     them was a tenth of a worker's Python CPU under load, bench/capacity.py with py-spy --gil, 2026-12-06.)"""
-    names: list[str] = []
+    numbers: dict[str, int] = {}  # each name's $n, in order of first use (a name used twice is one parameter)
 
     def number(match: re.Match[str]) -> str:
         if match.group(1) is None:
             return "%"
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-    return NamedQuery(_PLACEHOLDER.sub(number, query(name)).encode(), tuple(names))
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+    return NamedQuery(_PLACEHOLDER.sub(number, query(name)).encode(), tuple(numbers))
 
 
 def execute_named(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None, *,
