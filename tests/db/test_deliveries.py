@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
+import time
 
 import psycopg
 import pytest
@@ -16,6 +17,7 @@ from wa_outbox import db as wa_db, queries
 from wa_outbox.endpoint_urls import address_problem
 from wa_outbox.enqueue import enqueue
 from wa_outbox.events import envelope_bytes, event_id
+from wa_outbox.worker import _deliverer
 
 TEXT = {"type": "text", "text": {"body": "pedido enviado"}}
 
@@ -391,3 +393,34 @@ def test_dispatch_waits_while_an_endpoint_has_a_backlog_of_due_deliveries(db, da
         assert len(deliveries(db, endpoint_id)) == 7
     finally:
         engine.dispose()
+
+
+def test_deliveries_yield_to_claim_bound_sends_one_round_at_a_time_then_catch_up(db, settings, monkeypatch):
+    """A saturated worker sends first: while its sends are claim-bound (Sender.claim_bound), the deliveries loop runs
+    one round per YIELD_ROUND_INTERVAL (here an hour: only the rounds forced below), each taking at most a round's
+    worth of events; once the sends catch up, it delivers the rest at full speed."""
+    monkeypatch.setattr(_deliverer, "YIELD_ROUND_INTERVAL", 3600.0)
+    yielding = threading.Event()
+    with serve_receiver(Receiver(secrets=[])) as receiver:
+        endpoint_id, secret = add_endpoint(db, receiver.url)
+        receiver.secrets.append(secret)
+        with running_worker(push_settings(settings, delivery_concurrency=4, delivery_per_endpoint=4)) as worker:
+            # the wiring: the worker's deliveries yield exactly while its sender says it is claim-bound
+            assert worker.deliverer.yield_to is not None and not worker.deliverer.yield_to()
+            worker.sender._claim_bound_until = time.monotonic() + 60
+            assert worker.deliverer.yield_to()
+            worker.sender._claim_bound_until = 0.0
+            worker.deliverer.yield_to = yielding.is_set
+            yielding.set()
+            wait_for(lambda: worker.deliverer.yielded_rounds >= 1, what="the first round while yielding")
+            add_events(db, 10)
+            time.sleep(1.0)  # NOTIFY arrives, and the loop must not go round for it
+            assert receiver.delivered() == [] and worker.deliverer.yielded_rounds == 1
+            worker.deliverer._next_yield_round = 0.0  # the next round is due: it takes one round's worth, 4
+            wait_for(lambda: len(receiver.delivered()) == 4, what="one round's deliveries")
+            time.sleep(0.5)
+            assert len(receiver.delivered()) == 4 and worker.deliverer.yielded_rounds == 2
+            yielding.clear()  # the sends caught up
+            wait_for(all_delivered(db, endpoint_id, 10), what="the other deliveries at full speed")
+        assert sorted(r.webhook_id for r in receiver.delivered()) == sorted(
+            event_id(seq) for (seq,) in db.execute("SELECT seq FROM wa_outbox.events").fetchall())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from wa_outbox.worker._sender import Sender, gather_first, moving_average
+from wa_outbox.worker._sender import Sender, gather_first, is_claim_bound, moving_average
 
 
 def test_gathers_only_when_many_sends_are_in_flight_and_sends_are_quicker_than_claims():
@@ -50,3 +50,13 @@ def test_gather_gives_up_after_its_time_and_on_stop():
     stopping.set()
     sender._gather(stopping, 60.0)  # returns at once: stopping
     assert sender.in_flight == 1
+
+
+def test_sends_are_claim_bound_only_when_a_claim_fills_every_free_thread_and_sends_beat_claims():
+    # A drain on a saturated machine: the sends wait for the claims, so the worker's deliveries yield to them.
+    assert is_claim_bound(32, 32, send_seconds=0.001, claim_seconds=0.020)
+    assert not is_claim_bound(20, 32, send_seconds=0.001, claim_seconds=0.020)  # a short claim: caught up (or paced)
+    assert not is_claim_bound(32, 32, send_seconds=0.250, claim_seconds=0.020)  # waiting on Meta: the CPU is free
+    assert not is_claim_bound(0, 0, send_seconds=0.001, claim_seconds=0.020)    # claimed nothing
+    assert not is_claim_bound(32, 32, send_seconds=None, claim_seconds=0.020)   # nothing measured yet
+    assert not is_claim_bound(32, 32, send_seconds=0.001, claim_seconds=None)

@@ -130,7 +130,9 @@ class Worker:
         self.inbound = InboundProcessor(
             self.engine, self.worker_id, load_handlers(settings.inbound_handlers) if handlers is None else handlers,
             self.policy, settings.lease_seconds, metrics=self.metrics)
-        self.deliverer = Deliverer(self.engine, settings, self.worker_id, self.metrics)
+        # Deliveries yield while the sends are held back by their claims: a saturated worker sends first.
+        self.deliverer = Deliverer(self.engine, settings, self.worker_id, self.metrics,
+                                   yield_to=lambda: self.sender.claim_bound)
         # Inbound media: fetched on threads of their own, with the senders' tokens (the same cache the sends use)
         self.media = MediaFetcher(settings, self.worker_id, self.metrics, self.sender.tokens)
         self.inbound.on_media = self.media.wake.set

@@ -6,7 +6,9 @@ wa_outbox_events (the worker's listener) or every poll interval, then claim as m
 threads (claim_deliveries.sql: at most WA_OUTBOX_DELIVERY_PER_ENDPOINT in flight to one endpoint, fairly across
 endpoints; ordered endpoints one delivery per conversation at a time). WA_OUTBOX_DELIVERY_CONCURRENCY threads do the
 HTTP (`_push.py`), apart from the send threads: a slow or dead endpoint never slows sends, webhook processing, or
-(beyond its own few threads) another endpoint. delivery_policy.py judges each answer.
+(beyond its own few threads) another endpoint. delivery_policy.py judges each answer. When the machine is saturated
+and the worker's sends are held back by it (Sender.claim_bound), the loop yields: one round a second until the sends
+catch up, so a message goes out first and its events follow, rather than both going slower.
 
 At least once: a delivery is `delivering` under a lease while its POST runs; a worker that dies leaves it to the
 rescuer (rescue_deliveries.sql), which queues it again once the lease expires. A receiver deduplicates by the
@@ -21,6 +23,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
@@ -48,13 +51,20 @@ HELD_WINDOW = 120.0         # seconds back the rescuer looks for held deliveries
 HELD_SWEEP_ROUNDS = 60      # ... and every this many rounds (the first too), at every held delivery
 HELD_SWEEP_WINDOW = 10 * 365 * 86400.0
 LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
+# While the worker's sends are claim-bound (`yield_to`: the machine is saturated and messages wait for it), the loop
+# runs one round (record, dispatch, claim) every YIELD_ROUND_INTERVAL seconds, not whenever it can: its deliveries
+# never stop, and the sends get the CPU. It looks again every YIELD_CHECK seconds, so it goes back to full speed
+# within that of the sends catching up.
+YIELD_ROUND_INTERVAL = 1.0
+YIELD_CHECK = 0.05
 
 
 
 class Deliverer:
     def __init__(self, engine: sa.Engine, settings: Settings, worker_id: str, metrics: WorkerMetrics,
-                 transport: PushTransport | None = None) -> None:
+                 transport: PushTransport | None = None, yield_to: Callable[[], bool] | None = None) -> None:
         self.engine = engine
+        self.yield_to = yield_to  # True while the worker's own sends need the CPU more (Sender.claim_bound)
         self.settings = settings
         self.worker_id = worker_id
         self.metrics = metrics
@@ -76,6 +86,8 @@ class Deliverer:
         self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
         self._rescues = 0
         self.rounds = 0                        # loop rounds done (a signal for tests)
+        self.yielded_rounds = 0                # ... of which while yielding to the sends
+        self._next_yield_round = 0.0           # time.monotonic() of the next round while yielding
         self.stats: Counter[str] = Counter()
 
     @property
@@ -97,6 +109,14 @@ class Deliverer:
         failures = 0
         next_dispatch = 0.0
         while not stopping.is_set():
+            yielding = self.yield_to is not None and self.yield_to()
+            if yielding:
+                now = time.monotonic()
+                if now < self._next_yield_round:
+                    stopping.wait(min(YIELD_CHECK, self._next_yield_round - now))
+                    continue
+                self._next_yield_round = now + YIELD_ROUND_INTERVAL
+                self.yielded_rounds += 1
             self.wake.clear()
             busy = False
             try:
@@ -104,7 +124,8 @@ class Deliverer:
                 if self.dispatch_wanted.is_set() or time.monotonic() >= next_dispatch:
                     self.dispatch_wanted.clear()
                     next_dispatch = time.monotonic() + self.settings.poll_interval
-                    if self.dispatch():
+                    # yielding: only as many events as the round can take, not a backlog of rows written early
+                    if self.dispatch(self.concurrency if yielding else DISPATCH_BATCH):
                         self.dispatch_wanted.set()  # a full batch: there is more
                         busy = True
                 in_flight = self.in_flight
@@ -140,10 +161,11 @@ class Deliverer:
                 return
             self.wake.wait(left)
 
-    def dispatch(self) -> bool:
-        """Turn committed events into deliveries for every enabled endpoint; True when a batch was full."""
-        rows = queries.dispatch_events(self.engine, batch=DISPATCH_BATCH, backlog=DISPATCH_BACKLOG)
-        return any(row.scanned >= DISPATCH_BATCH for row in rows)
+    def dispatch(self, batch: int = DISPATCH_BATCH) -> bool:
+        """Turn committed events (at most `batch` per endpoint) into deliveries for every enabled endpoint; True when
+        a batch was full."""
+        rows = queries.dispatch_events(self.engine, batch=batch, backlog=DISPATCH_BACKLOG)
+        return any(row.scanned >= batch for row in rows)
 
     def claim(self, free: int) -> int:
         with self._lock:

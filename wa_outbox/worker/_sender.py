@@ -102,6 +102,9 @@ RESLOT_TRIES = 3
 # Of the schedule's margin, what the delay from the request to Meta's end is given (late_send_limit).
 LATE_SEND_SLACK = 0.0012
 CLOCK_CHECK_INTERVAL = 30.0  # seconds between estimates of the offset between the database's clock and ours
+# A claim-bound verdict (`is_claim_bound`) holds this long unless a claim says otherwise first: the next claim of a
+# drain comes sooner, and one that is short ends it at once.
+CLAIM_BOUND_HOLD = 0.5
 LATENCY_WEIGHT = 0.2        # weight of the newest claim or send in their moving averages of seconds taken
 
 
@@ -109,6 +112,16 @@ def gather_first(in_flight: int, min_claim: int, send_seconds: float | None, cla
     """Whether to let the sends in flight end before the next claim: only while many are in flight (a drain, not
     a trickle at a low rate, whose claims must stay on time) and sends take less time than a claim."""
     return (in_flight >= min_claim and send_seconds is not None and claim_seconds is not None
+            and send_seconds < claim_seconds)
+
+
+def is_claim_bound(claimed: int, free: int, send_seconds: float | None, claim_seconds: float | None) -> bool:
+    """Whether this worker's sends are held back by its claims (the database or the CPU), not by Meta's answers: a
+    claim filled every free thread (there is more to send) and sends take less time than a claim. The worker's own
+    deliveries then yield (the Deliverer's `yield_to`): on a saturated machine a message goes out first and its events
+    follow, rather than both going slower. Sends waiting on Meta (a send slower than a claim) or on the pacing (a
+    short claim) leave the CPU idle, and deliveries run at full speed beside them."""
+    return (claimed > 0 and claimed == free and send_seconds is not None and claim_seconds is not None
             and send_seconds < claim_seconds)
 
 
@@ -234,6 +247,7 @@ class Sender:
         self._clock_checked = -CLOCK_CHECK_INTERVAL  # time.monotonic() of the last estimate
         self._send_seconds: float | None = None   # moving averages (gather_first)
         self._claim_seconds: float | None = None
+        self._claim_bound_until = 0.0           # time.monotonic() until which the sends count as claim-bound
         self._reserve_for: list[str] = []       # senders whose slots the next claim reserves ahead (next_reservations)
         self._late_limits: dict[str, float] = {}  # each sender's late_send_limit, as its last claimed row gave it
         self._walk_after = ""                   # the next claim walks the senders from here (next_walk_start)
@@ -281,6 +295,8 @@ class Sender:
                 self.claim_rounds += 1
                 for row in rows:
                     self._start(row, claim_started)
+                self._claim_bound_until = (time.monotonic() + CLAIM_BOUND_HOLD if is_claim_bound(
+                    len(rows), free, self._send_seconds, self._claim_seconds) else 0.0)
                 if len(rows) == free:
                     continue  # there is probably more: claim again as slots free up
                 self.wake.wait(self._next_claim_in())
@@ -421,6 +437,11 @@ class Sender:
     def in_flight(self) -> int:
         with self._lock:
             return self._in_flight
+
+    @property
+    def claim_bound(self) -> bool:
+        """The last claim found the sends held back by the claims (`is_claim_bound`), and none since said otherwise."""
+        return time.monotonic() < self._claim_bound_until
 
     # --- a send (runs on a send thread) --------------------------------------------------------------------------
 
