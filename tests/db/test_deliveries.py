@@ -424,3 +424,20 @@ def test_deliveries_yield_to_claim_bound_sends_one_round_at_a_time_then_catch_up
             wait_for(all_delivered(db, endpoint_id, 10), what="the other deliveries at full speed")
         assert sorted(r.webhook_id for r in receiver.delivered()) == sorted(
             event_id(seq) for (seq,) in db.execute("SELECT seq FROM wa_outbox.events").fetchall())
+
+
+def test_a_backlog_held_by_the_back_pressure_is_dispatched_as_threads_free_not_once_per_poll(db, settings,
+                                                                                              monkeypatch):
+    """The dispatch holds an endpoint's events in the feed while it has a backlog of due deliveries; once the threads
+    have taken that backlog, the next batch is dispatched at once (not at the next poll: here 30 s away), so a backlog
+    goes as fast as the threads deliver, not one batch per poll interval."""
+    monkeypatch.setattr(_deliverer, "DISPATCH_BATCH", 5)
+    monkeypatch.setattr(_deliverer, "DISPATCH_BACKLOG", 5)
+    with serve_receiver(Receiver(secrets=[])) as receiver:
+        endpoint_id, secret = add_endpoint(db, receiver.url)
+        receiver.secrets.append(secret)
+        add_events(db, 40)
+        with running_worker(push_settings(settings, delivery_concurrency=2, delivery_per_endpoint=2,
+                                          poll_interval=30.0)):
+            wait_for(all_delivered(db, endpoint_id, 40), timeout=25.0, what="40 deliveries, well before a poll")
+    assert len({r.webhook_id for r in receiver.delivered()}) == 40

@@ -120,7 +120,7 @@ class Deliverer:
             self.wake.clear()
             busy = False
             try:
-                self.record_waiting()
+                recorded = self.record_waiting()
                 if self.dispatch_wanted.is_set() or time.monotonic() >= next_dispatch:
                     self.dispatch_wanted.clear()
                     next_dispatch = time.monotonic() + self.settings.poll_interval
@@ -131,7 +131,14 @@ class Deliverer:
                 in_flight = self.in_flight
                 free = self.concurrency - in_flight
                 if free >= min_claim or (free > 0 and in_flight == 0):
-                    busy = self.claim(free) == free or busy
+                    claimed = self.claim(free)
+                    busy = claimed == free or busy
+                    # Threads left free while deliveries flow: the feed may hold more events than the last dispatch
+                    # took (its batch, or the back-pressure held them). Dispatch again now rather than at the next
+                    # poll or NOTIFY: a backlog would otherwise go at one batch per poll interval. Once a round
+                    # neither records nor claims anything, this stops.
+                    if claimed < free and (recorded or claimed):
+                        self.dispatch_wanted.set()
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
                 failures += 1
