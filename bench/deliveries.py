@@ -13,7 +13,8 @@ On real Postgres (DATABASE_URL, else the embedded one), in a scratch database (c
   answering 200 `{}` (node, on every machine of this kind), the same process for both. Goal: >= 0.8 of the client.
 - drain: the send drain in dry run (claim, record, timeline and message.status events; no HTTP to Meta), 2 worker
   processes x 128 as bench/outbox.py, with no endpoint and then with two subscribed (every message.status delivered
-  to both, by the same workers), alternating `--rounds` times. Goal: >= 0.9 of the drain without.
+  to both, by the same workers), alternating `--rounds` times, each drain after VACUUM ANALYZE and a CHECKPOINT.
+  Goal: >= 0.9 of the drain without.
 - ingest: bench/webhooks.py's way (gunicorn with the service's settings, wrk with signed bodies, 1 update per POST,
   20 % redeliveries) while one worker process processes the inbound events (and delivers their message.received
   events), with no endpoint and then with two subscribed. Goal: >= 0.9 of the ingest without.
@@ -370,6 +371,17 @@ def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool
 # --- drain: the send drain with two endpoints and without ----------------------------------------------------------
 
 
+def checkpoint(url: str) -> None:
+    """Each drain starts after a CHECKPOINT: the one before it (two endpoints: 40,000 deliveries, about 90 MB of WAL)
+    would otherwise bring a checkpoint into the next drain, the one with no endpoint (the reference) included."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            conn.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:
+            print("drain: no CHECKPOINT (not a superuser or pg_checkpoint): a drain may meet the last one's",
+                  flush=True)
+
+
 def drain(url: str, receiver: Receiver, n: int, endpoints: int) -> dict[str, Any]:
     clear(url)
     add_endpoints(url, receiver, endpoints)
@@ -379,6 +391,7 @@ def drain(url: str, receiver: Receiver, n: int, endpoints: int) -> dict[str, Any
         for start in range(0, n, 5000):
             enqueue_many(conn, items[start:start + 5000])
     analyze(url)
+    checkpoint(url)
     processes, slots = DRAIN_SETUP
     workers = Workers(settings_env(url), processes, send_slots=slots)
     pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
