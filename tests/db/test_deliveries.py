@@ -414,12 +414,15 @@ def test_deliveries_yield_to_claim_bound_sends_one_round_at_a_time_then_catch_up
             yielding.set()
             wait_for(lambda: worker.deliverer.yielded_rounds >= 1, what="the first round while yielding")
             add_events(db, 10)
-            time.sleep(1.0)  # NOTIFY arrives, and the loop must not go round for it
-            assert receiver.delivered() == [] and worker.deliverer.yielded_rounds == 1
-            worker.deliverer._next_yield_round = 0.0  # the next round is due: it takes one round's worth, 4
-            wait_for(lambda: len(receiver.delivered()) == 4, what="one round's deliveries")
+            # A window for NOTIFY to arrive: the loop must not go round for it. (On a busy machine the first round
+            # may still be running and meet the events: then it took one round's worth, never more.)
+            time.sleep(1.0)
+            assert len(receiver.delivered()) <= 4 and worker.deliverer.yielded_rounds == 1
+            worker.deliverer._next_yield_round = 0.0  # the next round is due: it takes one round's worth more
+            wait_for(lambda: worker.deliverer.yielded_rounds == 2 and len(receiver.delivered()) >= 4,
+                     what="one round's deliveries")
             time.sleep(0.5)
-            assert len(receiver.delivered()) == 4 and worker.deliverer.yielded_rounds == 2
+            assert len(receiver.delivered()) <= 8 and worker.deliverer.yielded_rounds == 2  # 10 were waiting
             yielding.clear()  # the sends caught up
             wait_for(all_delivered(db, endpoint_id, 10), what="the other deliveries at full speed")
         assert sorted(r.webhook_id for r in receiver.delivered()) == sorted(
