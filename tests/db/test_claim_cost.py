@@ -65,3 +65,26 @@ def test_recording_reads_contacts_by_key(db):
                  "refund": False, "detail": {}} for i in range(1, BATCH + 1)]
     text = plan(db, "record_outcomes", {"worker_id": "w", "outcomes": json.dumps(outcomes)})
     assert "Seq Scan on contacts" not in text, text
+
+
+def test_the_wait_after_a_short_claim_reads_the_due_index_and_only_claimable_rows(db):
+    """next_claim_in runs after every claim that could not fill a worker's threads: it reads the first row of each
+    priority from the claim's index (notifications_due), never the whole queue, and a row parked behind an earlier
+    one of its line (blocked), due long ago, does not make it answer "at once"."""
+    db.execute("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, "
+               "next_attempt_at, priority, blocked) "
+               "SELECT %s, (5511900000000 + i)::text, '{\"type\": \"text\", \"text\": {\"body\": \"x\"}}', '', "
+               "now() + interval '1 hour' + make_interval(secs => i), i %% 2, false "
+               "FROM generate_series(0, %s) i", (SENDER, CONTACTS - 1))
+    db.execute("INSERT INTO wa_outbox.notifications (phone_number_id, recipient, message, request_hash, "
+               "next_attempt_at, blocked) VALUES (%s, '5511988887777', '{\"type\": \"text\", \"text\": "
+               "{\"body\": \"x\"}}', '', now() - interval '1 day', true)", (SENDER,))
+    db.execute("ANALYZE wa_outbox.notifications")
+    text = plan(db, "next_claim_in", {"horizon": 0.25})
+    assert "Seq Scan on notifications" not in text, text
+    assert "notifications_due" in text, text
+    wait = db.execute(wdb.query("next_claim_in"), {"horizon": 0.25}).fetchone()[0]
+    assert 3500 < wait <= 3600, wait  # the first claimable row, due in an hour (priority 0 or 1 alike)
+    db.execute("UPDATE wa_outbox.notifications SET next_attempt_at = now() - interval '1 minute' "
+               "WHERE recipient = '5511900000001'")  # a campaign row (priority 1) due now
+    assert db.execute(wdb.query("next_claim_in"), {"horizon": 0.25}).fetchone()[0] <= 0

@@ -417,3 +417,38 @@ def test_the_schedule_is_spaced_by_the_margin_the_worker_allows_late_sends(db, m
     assert got == pytest.approx(margin)
     if burst is None:
         assert mps / refill == pytest.approx(1 + margin)
+
+
+def test_a_paced_drain_claims_its_slots_in_batches_not_one_per_finished_send(db, sender, settings, database_url):
+    """A sender's backlog at its rate: a claim takes the slots of half a horizon and the producer comes back when the
+    next ones are due (next_claim_in.sql). A finished send frees a thread, not a slot: woken by each, the producer
+    claimed one row per send (the one slot that send's passing freed at the horizon's end), a claim statement per
+    message. Claims counted, not time: a late wake-up on a busy machine only makes the claims fewer and larger."""
+    from wa_outbox import db as wa_db
+    from wa_outbox.worker._sender import Sender
+    from wa_outbox.worker._transport import DryRunTransport
+
+    queue(db, 90)
+    paced = worker_settings(settings, "http://127.0.0.1:9", poll_interval=1.0, rate_limit_mps=40.0,
+                            worker_concurrency=32)
+    engine = wa_db.create_engine(database_url, pool_size=2, isolation_level="AUTOCOMMIT")
+    producer = Sender(engine, DryRunTransport(), paced, "worker-paced", paced.retry_policy())
+    stopping, recorded = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=producer.produce, args=(stopping,), daemon=True),
+               threading.Thread(target=producer.record, args=(recorded,), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: count(db, "status = 'sent'") >= 60, timeout=30, what="60 messages sent at 40/s")
+        claims = producer.claim_rounds
+    finally:
+        stopping.set()
+        producer.nudge()
+        recorded.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        producer.drain(1)
+        engine.dispose()
+    # 40/s, a horizon of 0.5 s: the first claim takes 20 slots, each later one about 10 (half a horizon); one per
+    # finished send would be over 40 claims for these 60
+    assert claims <= 20, claims

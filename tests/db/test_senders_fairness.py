@@ -90,3 +90,19 @@ def test_the_walk_goes_on_where_the_last_claim_stopped():
     assert next_walk_start("5", ["7", "9", "1", "2"]) == "2"
     assert next_walk_start("5", ["5"]) == "5"  # round the whole circle back to itself
     assert next_walk_start("5", []) == "5"
+
+
+def test_a_claim_says_whether_its_walk_left_senders_unvisited(db, engine, settings):
+    """A claim short of its limit with senders still unvisited (`more`: rows over a grant, rows another worker
+    holds) is no sign that the queue is drained: the worker claims again at once instead of waiting for the earliest
+    due row's sender (worker/_sender.py produce). One that went round the whole circle says so too."""
+    fill(db, engine, 80.0)
+    paced = worker_settings(settings, "http://127.0.0.1:9", worker_concurrency=BATCH)
+    me = Sender(engine, DryRunTransport(), paced, "worker-more", paced.retry_policy())
+    try:
+        first = me._claim(BATCH)  # BATCH senders' shares fill the batch: the walk stops with the rest unvisited
+        assert first and all(row.more for row in first)
+        rest = me._claim(10 * SENDERS * 3)  # room for every share: the walk goes round the whole circle
+        assert rest and not any(row.more for row in rest)
+    finally:
+        me.drain(0)

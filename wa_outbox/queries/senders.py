@@ -99,6 +99,7 @@ class Claimed:
     correlation_id: str | None
     send_at: float | None = None  # its send slot (seconds since the epoch, the database's clock); None: at once
     slot_margin: float | None = None  # how late after its slot it may still go (schema.sql, slot_margin)
+    more: bool = False  # the claim's walk left senders unvisited: a short claim may go on at once
 
 
 _CLAIMED = class_row(Claimed)

@@ -317,10 +317,13 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     SELECT pg_notify('wa_outbox_notifications', '') FROM decided WHERE action = 'park' LIMIT 1
 )
 -- slot_margin: how late after its slot the row's send may still go (its sender's schedule's margin, schema.sql); a
--- schedule this statement created (reserve_slots_set) is not visible here: it has the default rate
+-- schedule this statement created (reserve_slots_set) is not visible here: it has the default rate. more: the walk
+-- stopped with senders still unvisited (the batch's shares filled it before it went round the whole circle): a
+-- claim that came back short of %(limit)s (rows over a grant, rows another worker holds) may go on at once.
 SELECT c.id, c.phone_number_id, c.recipient, c.message, c.attempts, c.max_attempts, c.correlation_id, c.send_at,
        coalesce((SELECT wa_outbox.slot_margin(r.mps, r.burst) FROM wa_outbox.rate_limits r
                  WHERE r.phone_number_id = c.phone_number_id),
-                wa_outbox.slot_margin(%(default_mps)s, NULL)) AS slot_margin
+                wa_outbox.slot_margin(%(default_mps)s, NULL)) AS slot_margin,
+       coalesce((SELECT NOT l.whole FROM lap l), false) AS more
 FROM claimed c
 WHERE (SELECT count(*) FROM woken) >= 0  -- evaluated once, first: so the wake-up runs even when nothing is claimed

@@ -10,7 +10,13 @@ SELECT extract(epoch FROM greatest(
            CASE WHEN r.paused_until > now() THEN r.paused_until END,
            r.refilled_at + make_interval(secs => greatest(0, 1 - r.tokens) / s.refill - %(horizon)s)
        ) - clock_timestamp())::double precision AS wait_seconds
-FROM (SELECT q.phone_number_id, q.next_attempt_at FROM wa_outbox.notifications q
-      WHERE q.status = 'queued' ORDER BY q.next_attempt_at LIMIT 1) n
+-- The earliest claimable row (queued, not parked behind an earlier one of its line): the first of each priority
+-- (0-9, the column's CHECK) by the claim's index, notifications_due, ten index descents at any queue size.
+FROM (SELECT q.phone_number_id, q.next_attempt_at
+      FROM generate_series(0, 9) AS p(priority)
+      CROSS JOIN LATERAL (SELECT q.phone_number_id, q.next_attempt_at FROM wa_outbox.notifications q
+                          WHERE q.status = 'queued' AND NOT q.blocked AND q.priority = p.priority
+                          ORDER BY q.next_attempt_at LIMIT 1) q
+      ORDER BY q.next_attempt_at LIMIT 1) n
 LEFT JOIN wa_outbox.rate_limits r ON r.phone_number_id = n.phone_number_id
 LEFT JOIN LATERAL wa_outbox.bucket_shape(r.mps, r.burst) s ON true

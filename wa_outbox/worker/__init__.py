@@ -176,7 +176,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.sender.wake.set()
+        self.sender.nudge()
         self.deliverer.wake.set()
         self.media.wake.set()
 
@@ -237,7 +237,7 @@ class Worker:
                     self.sender.tokens.invalidate()  # a token may have changed while we were not listening
                     self.listening.set()
                     failures = 0
-                    self.sender.wake.set()  # anything enqueued while we were not listening
+                    self.sender.nudge()  # anything enqueued while we were not listening
                     self.deliverer.on_events()
                     while not self.stopping.is_set():
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
@@ -248,7 +248,7 @@ class Worker:
                                 self.sender.tokens.invalidate()  # the next send reads its sender's token anew
                                 continue
                             self.sender.on_notify(notify.payload)  # a sender's pause: halt it here too
-                            self.sender.wake.set()
+                            self.sender.nudge()
             except psycopg.Error as exc:
                 self.listening.clear()
                 failures += 1

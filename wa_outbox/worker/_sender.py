@@ -21,6 +21,11 @@ When sends end sooner than a claim returns (a fast API, a busy database), the pr
 end before claiming, so one statement fills all their slots: claiming each quarter of the slots on its own would
 cost one statement per quarter and leave the slots freed meanwhile idle while it runs (`gather_first`).
 
+A claim that comes back short of the free threads means the worker is caught up, or held by the senders' slots:
+it then waits for what next_claim_in.sql says (the earliest due row, its sender's slot half a horizon away) or a
+NOTIFY. A finished send ends that wait only when it is not for a slot or due time ahead: it frees a thread, not a
+slot. A short claim whose walk left senders unvisited (`more`) is followed at once by the next.
+
 A claim is never repeated blindly (its reply may be lost after its COMMIT). Instead the Sender tracks the ids it
 holds (claimed and handed to a send thread, until their outcome is recorded); after a claim fails, it gives back
 every row `sending` under its lease that it does not hold (release_unsent_claims.sql) before claiming again.
@@ -230,12 +235,14 @@ class Sender:
         self.policy = policy
         self.concurrency = settings.worker_concurrency
         self.wake = threading.Event()           # set by NOTIFY, by a finished send, and by stop()
+        self.nudged = threading.Event()         # set by NOTIFY and by stop() only (`nudge`): not by a finished send
         self._lock = threading.Lock()
         self._in_flight = 0
         self._held: set[int] = set()            # claimed ids not yet recorded (or abandoned to the lease)
         self._release_pending = False           # a claim failed: its rows may be ours, unsent
         self._failures = 0                      # consecutive failed claims (or releases), for the backoff
         self._due_not_claimed = 0               # consecutive short claims with a message due now (_next_claim_in)
+        self._due_later = False                 # _next_claim_in's last answer was a slot or due time ahead
         self._outcomes: queue.Queue[tuple[Claimed, Decision | None, dict]] = queue.Queue()  # None: released unsent
         self._slots = threading.Condition()     # wakes rows waiting for their slot: a halt, or stopping
         self._halted: dict[str, tuple[float, float]] = {}  # sender -> (halted at, until), time.monotonic()
@@ -268,6 +275,7 @@ class Sender:
         min_claim = max(1, self.concurrency // 4)
         while not stopping.is_set():
             self.wake.clear()
+            self.nudged.clear()  # before the claim: a NOTIFY during it (a row it may not see) ends the wait after it
             in_flight = self.in_flight
             free = self.concurrency - in_flight
             if free >= min_claim or (free > 0 and in_flight == 0):
@@ -297,11 +305,24 @@ class Sender:
                     self._start(row, claim_started)
                 self._claim_bound_until = (time.monotonic() + CLAIM_BOUND_HOLD if is_claim_bound(
                     len(rows), free, self._send_seconds, self._claim_seconds) else 0.0)
-                if len(rows) == free:
-                    continue  # there is probably more: claim again as slots free up
-                self.wake.wait(self._next_claim_in())
+                if len(rows) == free or (rows and rows[-1].more):
+                    # there is probably more (a full claim, or a short one whose walk left senders unvisited: with
+                    # many senders some rows are always over their grant or held by another worker): claim again
+                    # as slots free up, not after next_claim_in (whose answer is about the earliest due row only)
+                    continue
+                wait = self._next_claim_in()
+                # Held by a slot or a due time still ahead: a finished send frees a thread, not a slot, so only a
+                # NOTIFY ends this wait early (woken by each send, a paced backlog was claimed one row per send: the
+                # slot that send's passing freed at the horizon's end). Anything else (caught up; due rows another
+                # worker holds) is also ended by a finished send, which catches up on what the claim left behind.
+                (self.nudged if wait > 0 and self._due_later else self.wake).wait(wait)
                 continue
             self.wake.wait(self.settings.poll_interval)
+
+    def nudge(self) -> None:
+        """New work (a NOTIFY) or stopping: wake the producer whatever it waits for."""
+        self.nudged.set()
+        self.wake.set()
 
     def check_clock(self) -> None:
         """Estimate how far the database's clock is from ours (send slots are in its time)."""
@@ -330,6 +351,7 @@ class Sender:
         takes about half a horizon of slots, and the sender's schedule never runs dry while messages wait. Due now
         yet not ours (another worker holds it): a short wait, doubling while that lasts."""
         poll = self.settings.poll_interval
+        self._due_later = False
         try:
             wait = queries.next_claim_in(self.engine, horizon=SLOT_HORIZON / 2)
         except Exception:  # noqa: BLE001 - the next claim reports the database's trouble
@@ -338,6 +360,7 @@ class Sender:
             return poll
         if wait > 0:
             self._due_not_claimed = 0
+            self._due_later = True
             return min(wait, poll)
         self._due_not_claimed += 1
         return min(poll, 0.002 * 2 ** min(self._due_not_claimed, 10))
