@@ -172,3 +172,35 @@ def test_tls_is_verified_against_the_host_name_while_connecting_to_the_checked_a
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_names_answer_is_kept_a_while_and_checked_at_every_delivery():
+    """One resolution per RESOLVE_TTL, not one per delivery; a failed one is not kept; the rule still applies to
+    every delivery (a transport without allow_private refuses the kept loopback answer as well)."""
+    from wa_outbox.worker._push import RESOLVE_TTL
+
+    asked: list[str] = []
+    now = [1000.0]
+
+    def counting(host: str, _port: int) -> list[str]:
+        asked.append(host)
+        if host == "flaky.example" and len(asked) == 1:
+            raise OSError("Temporary failure in name resolution")
+        return ["127.0.0.1"]
+
+    with server() as seen:
+        port = seen[0]
+        transport = PushTransport(timeout=5, allow_private=True, resolver=counting, clock=lambda: now[0])
+        assert transport.post(f"http://flaky.example:{port}/", b"{}", {}).status_code is None  # not kept
+        for _ in range(3):
+            assert transport.post(f"http://flaky.example:{port}/", b"{}", {}).status_code == 200
+        assert asked == ["flaky.example", "flaky.example"]
+        now[0] += RESOLVE_TTL + 1
+        assert transport.post(f"http://flaky.example:{port}/", b"{}", {}).status_code == 200
+        assert asked == ["flaky.example"] * 3
+        transport.close()
+        strict = PushTransport(timeout=5, allow_private=False, resolver=counting, clock=lambda: now[0])
+        for _ in range(2):
+            result = strict.post(f"https://flaky.example:{port}/", b"{}", {})
+            assert result.status_code is None and result.error.startswith("refused: flaky.example resolves to")
+    assert len(seen) == 1 + 4  # the port, and the four deliveries that went

@@ -5,7 +5,9 @@ every address it resolves to is checked (`addresses_problem`), and the connectio
 checked, never to a second resolution of the name (DNS rebinding: a name may answer 10.0.0.5 a second later). TLS
 still verifies the certificate against the host name (SNI and hostname check use the name, the socket the address).
 Redirects are never followed, no proxy is used (the connection must go to the checked address), and one pool of
-keep-alive connections is kept per (scheme, address, port, host name).
+keep-alive connections is kept per (scheme, address, port, host name). A name's answer is kept RESOLVE_TTL seconds
+(a failure is not kept): without it every delivery asked the resolver again (glibc keeps no cache), a DNS query per
+delivery. The addresses are checked at every delivery all the same, and a connection goes to a checked one.
 
 `post()` never raises: it reports what happened as a PushResult, for delivery_policy.judge.
 """
@@ -32,6 +34,8 @@ from ..endpoint_urls import addresses_problem, url_problem
 HEAD_BYTES = 1024          # the first bytes of an answer kept with the attempt
 READ_LIMIT = 64 * 1024     # more than this and the connection is dropped rather than read to its end
 MAX_POOLS = 256            # connection pools kept (one per checked address of each endpoint), the oldest closed
+RESOLVE_TTL = 30.0         # seconds a name's addresses are used before it is resolved again
+MAX_NAMES = 1024           # names whose addresses are kept, the least recently used dropped
 USER_AGENT = "wa-outbox"
 
 Resolver = Callable[[str, int], list[str]]
@@ -70,11 +74,14 @@ class PushResult:
 
 class PushTransport:
     def __init__(self, *, timeout: float, allow_private: bool, pool_size: int = 4,
-                 resolver: Resolver = resolve, ca_certs: str | None = None) -> None:
+                 resolver: Resolver = resolve, ca_certs: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = urllib3.Timeout(connect=min(timeout, 10.0), read=timeout)
         self.allow_private = allow_private
         self.pool_size = pool_size
         self.resolver = resolver
+        self.clock = clock
+        self._resolved: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()  # -> (until, addresses)
         self._pools: OrderedDict[tuple[str, str, int, str], urllib3.HTTPConnectionPool] = OrderedDict()
         self._lock = threading.Lock()
         self._ca_certs = (ca_certs or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
@@ -93,7 +100,7 @@ class PushTransport:
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            addresses = self.resolver(host, port)
+            addresses = self._resolve(host, port)
         except (OSError, UnicodeError) as exc:
             return failed(f"could not resolve {host}: {exc}")
         problem = addresses_problem(addresses, allow_private=self.allow_private)
@@ -117,6 +124,22 @@ class PushTransport:
         head = answer[:HEAD_BYTES].decode("utf-8", "replace").replace("\x00", "")
         return PushResult(status_code=response.status, latency_ms=(time.perf_counter() - started) * 1000, head=head,
                           retry_after=retry_after_seconds(response.headers.get("Retry-After")))
+
+    def _resolve(self, host: str, port: int) -> list[str]:
+        """`host`'s addresses: the resolver's answer of the last RESOLVE_TTL seconds, else a new one (kept)."""
+        key, now = (host, port), self.clock()
+        with self._lock:
+            kept = self._resolved.get(key)
+            if kept is not None and kept[0] > now:
+                self._resolved.move_to_end(key)
+                return kept[1]
+        addresses = self.resolver(host, port)  # outside the lock: a slow resolver holds up no other endpoint
+        with self._lock:
+            self._resolved[key] = (now + RESOLVE_TTL, addresses)
+            self._resolved.move_to_end(key)
+            while len(self._resolved) > MAX_NAMES:
+                self._resolved.popitem(last=False)
+        return addresses
 
     def _pool(self, scheme: str, address: str, port: int, host: str) -> urllib3.HTTPConnectionPool:
         key = (scheme, address, port, host)
