@@ -83,3 +83,24 @@ def test_the_login_hint_names_only_the_development_token():
     hint = dev_login_hint(dataclasses.replace(dev, api_tokens=(configured,)))
     assert hint == "" and configured not in hint  # "it came from your environment", never its value
     assert Settings.from_env({"WA_OUTBOX_DEV": "true"}).dev and not Settings.from_env({}).dev
+
+
+def test_metrics_skip_a_process_file_still_being_created(tmp_path):
+    """A gunicorn worker process's metric file read between its creation and its sizing (empty) made the stock
+    multiprocess collector raise, and /metrics answer 500; it is skipped for that scrape, the others are served."""
+    import struct
+
+    import pytest
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from wa_outbox.web import MultiProcessFiles
+
+    written = MmapedDict(str(tmp_path / "counter_101.db"))
+    written.write_value(mmap_key("wa_outbox_probe_total", "wa_outbox_probe_total", [], [], "a probe"), 3.0, 0.0)
+    written.close()
+    (tmp_path / "counter_102.db").write_bytes(b"")  # another process's, created a moment ago
+    with pytest.raises(struct.error):  # what the stock collector does
+        list(MultiProcessCollector.merge([str(p) for p in tmp_path.glob("*.db")]))
+    families = {f.name: f for f in MultiProcessFiles(str(tmp_path)).collect()}
+    assert [s.value for s in families["wa_outbox_probe_total"].samples] == [3.0]

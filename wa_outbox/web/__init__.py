@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import glob
 import hmac
 import logging
 import os
+import struct
 import time
 
 import psycopg
@@ -14,6 +16,7 @@ from flask import Flask, g, request
 from flask.json.provider import DefaultJSONProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornPrometheusMetrics
@@ -140,7 +143,7 @@ def _install_metrics(app: Flask, *, request_metrics: bool) -> tuple | None:
             return denied
         registry = CollectorRegistry(auto_describe=False)
         if multiprocess:
-            MultiProcessCollector(registry)
+            registry.register(MultiProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         else:
             registry.register(_Families(list(REGISTRY.collect())))
         registry.register(_Families(list(metrics.database_families(*_read_database(engine_of(app))))))
@@ -172,6 +175,31 @@ def _bound_labels(metric, bound: metrics.RequestLabels) -> None:
 
     metric._unbounded_labels = labels  # noqa: SLF001 - our own attribute on the exporter's metric
     metric.labels = bounded_labels
+
+
+class MultiProcessFiles:
+    """prometheus_client's MultiProcessCollector (every gunicorn worker process's metric files, merged), less the
+    files that cannot be read at this moment: one another process has just created and not yet sized (empty) or
+    is still writing. The stock collector raised on such a file (struct.error) and /metrics answered 500, once in
+    a CI run; that file's series are simply read by the next scrape."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self):
+        readable = []
+        for path in glob.glob(os.path.join(self.path, "*.db")):
+            try:
+                for _ in MmapedDict.read_all_values_from_file(path):
+                    pass
+            except FileNotFoundError:  # a dead process's file, removed since the glob
+                continue
+            except (struct.error, RuntimeError, UnicodeDecodeError, ValueError) as exc:
+                logging.getLogger(__name__).info("metrics: %s skipped this scrape (being written): %s",
+                                                 os.path.basename(path), exc)
+                continue
+            readable.append(path)
+        return MultiProcessCollector.merge(readable, accumulate=True)
 
 
 class _Families:
