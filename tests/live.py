@@ -13,6 +13,7 @@ from werkzeug.serving import make_server
 
 from wa_outbox.config import Settings
 from wa_outbox.worker import Worker
+from wa_outbox.worker._sender import Sender
 
 SENDER = "100000000000001"
 
@@ -61,3 +62,23 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+@contextmanager
+def producing(sender: Sender) -> Iterator[Sender]:
+    """A Sender's producer and recorder threads, without the rest of a Worker; on leaving, stopped, joined and its
+    unsent claims given back (drain)."""
+    stopping, recorded = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=sender.produce, args=(stopping,), daemon=True),
+               threading.Thread(target=sender.record, args=(recorded,), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield sender
+    finally:
+        stopping.set()
+        sender.nudge()
+        recorded.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        sender.drain(1)

@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from tests.live import SENDER, running_worker, wait_for, worker_settings
+from tests.live import SENDER, producing, running_worker, wait_for, worker_settings
 from tests.unit.test_late_send_limit import MARGINS
 from wa_outbox.enqueue import enqueue_many
 from wa_outbox.worker._classify import Action, SendResult, classify
@@ -433,21 +433,11 @@ def test_a_paced_drain_claims_its_slots_in_batches_not_one_per_finished_send(db,
                             worker_concurrency=32)
     engine = wa_db.create_engine(database_url, pool_size=2, isolation_level="AUTOCOMMIT")
     producer = Sender(engine, DryRunTransport(), paced, "worker-paced", paced.retry_policy())
-    stopping, recorded = threading.Event(), threading.Event()
-    threads = [threading.Thread(target=producer.produce, args=(stopping,), daemon=True),
-               threading.Thread(target=producer.record, args=(recorded,), daemon=True)]
-    for thread in threads:
-        thread.start()
     try:
-        wait_for(lambda: count(db, "status = 'sent'") >= 60, timeout=30, what="60 messages sent at 40/s")
-        claims = producer.claim_rounds
+        with producing(producer):
+            wait_for(lambda: count(db, "status = 'sent'") >= 60, timeout=30, what="60 messages sent at 40/s")
+            claims = producer.claim_rounds
     finally:
-        stopping.set()
-        producer.nudge()
-        recorded.set()
-        for thread in threads:
-            thread.join(timeout=10)
-        producer.drain(1)
         engine.dispose()
     # 40/s, a horizon of 0.5 s: the first claim takes 20 slots, each later one about 10 (half a horizon); one per
     # finished send would be over 40 claims for these 60

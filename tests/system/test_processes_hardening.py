@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.conftest import _with_dbname, create_scratch_database, drop_database
-from tests.live import SENDER, running_worker, wait_for, worker_settings
+from tests.live import SENDER, producing, running_worker, wait_for, worker_settings
 from tests.system.test_worker_process import TEXT, count, start_worker_process
 from wa_outbox import db as wa_db, migrate
 from wa_outbox.config import Settings
@@ -222,20 +222,8 @@ def test_producer_releases_a_claim_whose_reply_was_lost_and_sends_each_once(db, 
     fast = worker_settings(settings, "http://127.0.0.1:9", poll_interval=0.05, rate_limit_mps=100000.0)
     producer = LostReplySender(engine, DryRunTransport(), fast, "worker-lost", fast.retry_policy())
     producer.lost = []
-    stopping, recorded = threading.Event(), threading.Event()
-    threads = [threading.Thread(target=producer.produce, args=(stopping,), daemon=True),
-               threading.Thread(target=producer.record, args=(recorded,), daemon=True)]
-    for thread in threads:
-        thread.start()
-    try:
+    with producing(producer):
         wait_for(lambda: count(db, "status = 'sent'") == len(ids), timeout=20, what="every message sent")
-    finally:
-        stopping.set()
-        producer.wake.set()
-        recorded.set()
-        for thread in threads:
-            thread.join(timeout=10)
-        producer.drain(1)
     assert sorted(producer.lost) == ids
     events = db.execute("SELECT notification_id, array_agg(event ORDER BY id) FROM wa_outbox.notification_events "
                         "GROUP BY 1 ORDER BY 1").fetchall()
