@@ -176,6 +176,21 @@ def slot_wait_ms(events: list[tuple[str, str, float, float | None]]) -> float:
     return 1000 * sum(waits) / len(waits) if waits else 0.0
 
 
+def others_done(big: str) -> str:
+    """The query that says every sender but the big one (the lowest key) is done: each part read from a partial index
+    (notifications_sender_due from the big one's key on, notifications_blocked, notifications_leased), so polling it
+    every 50 ms costs next to nothing. `status IN (...) AND phone_number_id <> big` read the whole table at every
+    poll (12 ms at 100,000 rows, a fifth of a core taken from the case it measures)."""
+    # ORDER BY … LIMIT 1 as the claim's walk: a bare EXISTS is planned as a sequential scan that stops at its first
+    # match, but the big sender's 50,000 rows come first in the table.
+    return (f"SELECT (SELECT phone_number_id FROM wa_outbox.notifications WHERE status = 'queued' AND NOT blocked "
+            f"AND phone_number_id > '{big}' ORDER BY phone_number_id LIMIT 1) IS NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM wa_outbox.notifications WHERE status = 'queued' AND blocked "
+            f"AND phone_number_id > '{big}') "
+            f"AND NOT EXISTS (SELECT 1 FROM wa_outbox.notifications WHERE status = 'sending' "
+            f"AND phone_number_id <> '{big}')")
+
+
 def many(server: str, senders: list[Sender], workers: int, concurrency: int, reference_rate: float,
          limit: float) -> dict[str, Any]:
     big = senders[0]
@@ -183,9 +198,7 @@ def many(server: str, senders: list[Sender], workers: int, concurrency: int, ref
         wa_setup(url)
         fill(url, senders)
         began, seconds, finished = run_workers(
-            url, workers, concurrency, "SELECT NOT EXISTS (SELECT 1 FROM wa_outbox.notifications WHERE status IN "
-                                       f"('queued', 'sending') AND phone_number_id <> '{big.phone_number_id}')",
-            limit=limit)
+            url, workers, concurrency, others_done(big.phone_number_id), limit=limit)
         events = timeline(url)
         with psycopg.connect(url, autocommit=True) as conn:
             big_left = conn.execute("SELECT count(*) FROM wa_outbox.notifications WHERE phone_number_id = %s "
