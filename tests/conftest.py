@@ -143,6 +143,25 @@ def app(settings: Settings):
         watch.stop()
 
 
+@pytest.fixture(autouse=True)
+def stop_registry_watches(monkeypatch):
+    """Every web app a test makes starts a registry listener (a thread with a connection of its own); stop each at
+    the end of its test. Left running, they held a connection each for the whole session and, once their database
+    was dropped, retried it in the log until the interpreter ended."""
+    from wa_outbox.registry_watch import RegistryWatch
+    started: list[RegistryWatch] = []
+    start = RegistryWatch.start
+
+    def tracked(self: RegistryWatch) -> RegistryWatch:
+        started.append(self)
+        return start(self)
+
+    monkeypatch.setattr(RegistryWatch, "start", tracked)
+    yield
+    for watch in started:
+        watch.stop()
+
+
 @pytest.fixture
 def client(app, database_url):
     return app.test_client()

@@ -28,6 +28,7 @@ def keyed_app(settings):
     app = create_app(dataclasses.replace(settings, secret_keys=(KEY,)), metrics=False)
     app.testing = True
     yield app
+    app.extensions["wa_outbox.registry"].stop()  # its listener, before the session's database is dropped
     app.extensions["wa_outbox.engine"].dispose()
 
 

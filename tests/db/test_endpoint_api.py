@@ -22,7 +22,8 @@ def ep_app(settings):
     from wa_outbox.web import create_app
     app = create_app(dataclasses.replace(settings, secret_keys=(generate_key(),)), metrics=False)
     app.testing = True
-    return app
+    yield app
+    app.extensions["wa_outbox.registry"].stop()  # its listener, before the session's database is dropped
 
 
 @pytest.fixture
