@@ -146,7 +146,8 @@ def app(settings: Settings):
 @pytest.fixture(autouse=True)
 def stop_registry_watches(monkeypatch):
     """Every web app a test makes starts a registry listener (a thread with a connection of its own); stop each at
-    the end of its test. Left running, they held a connection each for the whole session and, once their database
+    the end of its test (the session's and the module-scoped apps, made before this runs, stop theirs in their own
+    teardown). Left running, they held a connection each for the whole session and, once their database
     was dropped, retried it in the log until the interpreter ended."""
     from wa_outbox.registry_watch import RegistryWatch
     started: list[RegistryWatch] = []

@@ -187,19 +187,27 @@ class MultiProcessFiles:
         self.path = path
 
     def collect(self):
-        readable = []
-        for path in glob.glob(os.path.join(self.path, "*.db")):
+        paths = glob.glob(os.path.join(self.path, "*.db"))
+        try:  # every file read once: the common case
+            return MultiProcessCollector.merge(paths, accumulate=True)
+        except _UNREADABLE:
+            pass
+        readable = []  # one file is not readable this moment: find which, read the others
+        for path in paths:
             try:
                 for _ in MmapedDict.read_all_values_from_file(path):
                     pass
             except FileNotFoundError:  # a dead process's file, removed since the glob
                 continue
-            except (struct.error, RuntimeError, UnicodeDecodeError, ValueError) as exc:
+            except _UNREADABLE as exc:
                 logging.getLogger(__name__).info("metrics: %s skipped this scrape (being written): %s",
                                                  os.path.basename(path), exc)
                 continue
             readable.append(path)
         return MultiProcessCollector.merge(readable, accumulate=True)
+
+
+_UNREADABLE = (OSError, struct.error, RuntimeError, UnicodeDecodeError, ValueError)
 
 
 class _Families:
