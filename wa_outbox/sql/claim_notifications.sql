@@ -36,15 +36,16 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     SELECT * FROM jsonb_to_recordset(%(reserved)s::jsonb)
         AS a(phone_number_id text, granted integer, slots_from timestamptz, level double precision,
              refill double precision, paused boolean)
-), walk (sender, wrapped, slots, share, total) AS (
+), walk (sender, wrapped, slots, share, total, held) AS (
     -- The senders with queued rows, in key order from the one after %(after)s round to %(after)s itself (one index
     -- descent each), with the slots each could get now: its grant reserved just before, else its schedule as
     -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows:
     -- at most %(limit)s / 64, and no more than its slots within 0.1 s (`soon`: a claimed row holds a worker's send
     -- thread until its slot, so a slow sender's rows would hold threads the others could use). The walk stops once
     -- the shares fill the batch, so one claim serves many senders and the next goes on from there; a sender with no
-    -- slot soon is passed over and its rows are not read.
-    SELECT f.sender, f.wrapped, q.slots, sh.share, sh.share
+    -- slot soon is passed over and its rows are not read. `held`: the walk took the sender's rate_limits row lock
+    -- (to the commit): the candidates and the slot reservation below do not take it again.
+    SELECT f.sender, f.wrapped, q.slots, sh.share, sh.share, lk.got IS NOT NULL
     FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n
                                       WHERE n.status = 'queued' AND NOT n.blocked
                                       ORDER BY n.phone_number_id LIMIT 1)) AS sender,
@@ -64,7 +65,9 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                    CASE WHEN r.paused_until > now() THEN 0
                         ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
                    END AS soon
-            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+            FROM wa_outbox.rate_limits r,
+                 LATERAL (SELECT wa_outbox.bucket_refill(r.mps, r.burst) AS refill,
+                                 wa_outbox.bucket_capacity(r.mps, r.burst) AS capacity) sh,
                  LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
                           AS level) l
             WHERE r.phone_number_id = f.sender) b ON true
@@ -77,7 +80,7 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                                     ELSE least(q.soon, greatest(1, %(limit)s / 64)) END AS share) sh
     WHERE f.sender IS NOT NULL
     UNION ALL
-    SELECT nx.sender, nx.wrapped, q.slots, sh.share, w.total + sh.share
+    SELECT nx.sender, nx.wrapped, q.slots, sh.share, w.total + sh.share, lk.got IS NOT NULL
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT coalesce(up.sender, CASE WHEN NOT w.wrapped AND %(after)s <> '' THEN (
@@ -98,7 +101,9 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                    CASE WHEN r.paused_until > now() THEN 0
                         ELSE least(%(limit)s, greatest(0, floor(l.level + 0.1 * sh.refill + 1e-9)))::integer
                    END AS soon
-            FROM wa_outbox.rate_limits r, wa_outbox.bucket_shape(r.mps, r.burst) sh,
+            FROM wa_outbox.rate_limits r,
+                 LATERAL (SELECT wa_outbox.bucket_refill(r.mps, r.burst) AS refill,
+                                 wa_outbox.bucket_capacity(r.mps, r.burst) AS capacity) sh,
                  LATERAL (SELECT least(sh.capacity, r.tokens + extract(epoch FROM now() - r.refilled_at) * sh.refill)
                           AS level) l
             WHERE r.phone_number_id = nx.sender) b ON true
@@ -114,9 +119,10 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
 ), candidates AS (  -- in walk order, each sender's due rows, its share (or all its slots), up to %(limit)s in all
     SELECT c.* FROM walk w
     CROSS JOIN lap
-    -- a sender another claim is reserving slots for right now is left to it (its slots are going anyway)
+    -- a sender another claim is reserving slots for right now is left to it (its slots are going anyway); one the
+    -- walk locked is ours already
     LEFT JOIN LATERAL (SELECT true AS free FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender
-                       AND w.sender NOT IN (SELECT a.phone_number_id FROM ahead a)
+                       AND NOT w.held AND w.sender NOT IN (SELECT a.phone_number_id FROM ahead a)
                        FOR UPDATE SKIP LOCKED) mine ON true
     -- round the whole circle with room left: as many due rows as the batch has room for (the rows over a sender's
     -- slots are put back until their slot, paused ones until the pause ends: read once, not at every claim)
@@ -144,7 +150,7 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
                        ORDER BY n.priority, n.next_attempt_at LIMIT q.slots FOR UPDATE SKIP LOCKED) p2
         LIMIT q.slots) c
     WHERE q.slots > 0
-      AND (mine.free OR w.sender IN (SELECT a.phone_number_id FROM ahead a)
+      AND (w.held OR mine.free OR w.sender IN (SELECT a.phone_number_id FROM ahead a)
            OR NOT EXISTS (SELECT 1 FROM wa_outbox.rate_limits r WHERE r.phone_number_id = w.sender))
     LIMIT %(limit)s
 ), seen AS (
@@ -237,16 +243,27 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     SELECT p.*, row_number() OVER (PARTITION BY p.phone_number_id ORDER BY p.priority, p.next_attempt_at, p.id)
                AS token_rank
     FROM paced p WHERE p.pair_wait IS NULL AND p.id NOT IN (SELECT h.id FROM held h)
-), wanted AS (  -- the slots each sender's rows want that were not reserved ahead
-    SELECT f.phone_number_id, count(*)::integer AS n FROM free f
+), wanted AS MATERIALIZED (  -- the slots each sender's rows want that were not reserved ahead; held: the walk
+    -- holds the sender's rate_limits row lock
+    SELECT f.phone_number_id, count(*)::integer AS n,
+           f.phone_number_id IN (SELECT w.sender FROM walk w WHERE w.held) AS held
+    FROM free f
     WHERE f.phone_number_id NOT IN (SELECT a.phone_number_id FROM ahead a) GROUP BY f.phone_number_id
 ), grants AS (
     SELECT a.phone_number_id, a.granted, a.slots_from, a.level, a.refill, a.paused FROM ahead a
     UNION ALL
-    SELECT g.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused  -- all senders in one call
-    FROM wa_outbox.reserve_slots_set(ARRAY(SELECT w.phone_number_id FROM wanted w ORDER BY w.phone_number_id),
-                                     ARRAY(SELECT w.n FROM wanted w ORDER BY w.phone_number_id),
-                                     %(default_mps)s, %(lead)s, %(horizon)s) g
+    SELECT g.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused  -- the held ones in one call
+    FROM wa_outbox.reserve_slots_set(
+        ARRAY(SELECT w.phone_number_id FROM wanted w WHERE w.held ORDER BY w.phone_number_id),
+        ARRAY(SELECT w.n FROM wanted w WHERE w.held ORDER BY w.phone_number_id),
+        %(default_mps)s, %(lead)s, %(horizon)s, held => true) g
+    UNION ALL
+    SELECT g.phone_number_id, g.granted, g.slots_from, g.level, g.refill, g.paused  -- the others (locked there)
+    FROM wa_outbox.reserve_slots_set(
+        ARRAY(SELECT w.phone_number_id FROM wanted w WHERE NOT w.held ORDER BY w.phone_number_id),
+        ARRAY(SELECT w.n FROM wanted w WHERE NOT w.held ORDER BY w.phone_number_id),
+        %(default_mps)s, %(lead)s, %(horizon)s) g
+    WHERE EXISTS (SELECT 1 FROM wanted w WHERE NOT w.held)
 ), decided AS (  -- a row's slot: the token_rank-th from the sender's schedule
     SELECT j.id,
            CASE WHEN j.outside THEN 'dead' WHEN j.follows THEN 'park' WHEN p.pair_wait IS NOT NULL THEN 'wait'
