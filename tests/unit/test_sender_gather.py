@@ -3,9 +3,10 @@ one claim statement for all their slots when sends end sooner than a claim retur
 
 from __future__ import annotations
 
+import queue
 import threading
 
-from wa_outbox.worker._sender import Sender, gather_first, is_claim_bound, moving_average
+from wa_outbox.worker._sender import Sender, drain, gather_first, is_claim_bound, moving_average
 
 
 def test_gathers_only_when_many_sends_are_in_flight_and_sends_are_quicker_than_claims():
@@ -60,3 +61,43 @@ def test_sends_are_claim_bound_only_when_a_claim_fills_every_free_thread_and_sen
     assert not is_claim_bound(0, 0, send_seconds=0.001, claim_seconds=0.020)    # claimed nothing
     assert not is_claim_bound(32, 32, send_seconds=None, claim_seconds=0.020)   # nothing measured yet
     assert not is_claim_bound(32, 32, send_seconds=0.001, claim_seconds=None)
+
+
+# --- the recorder's batches (drain) ----------------------------------------------------------------------------------
+
+def test_the_recorder_takes_every_outcome_waiting_in_one_batch_up_to_most():
+    outcomes: queue.Queue[int] = queue.Queue()
+    for i in range(30):
+        outcomes.put(i)
+    assert drain(outcomes, timeout=0.0, most=20) == list(range(20))
+    assert drain(outcomes, timeout=0.0) == list(range(20, 30))
+    assert outcomes.empty()
+
+
+def test_the_recorder_takes_outcomes_that_follow_within_the_gap_past_the_first_gap():
+    """Outcomes that come one after another, each within the gap of the last, join one batch (cut here by `most`;
+    `longest` is never reached): the producer puts each when the recorder asks for it, no timing asserted."""
+    outcomes: queue.Queue[int] = queue.Queue()
+    outcomes.put(0)
+    taken = threading.Event()
+
+    def produce() -> None:
+        for i in range(1, 6):
+            taken.wait(5.0)   # the recorder is waiting for the next one
+            taken.clear()
+            outcomes.put(i)
+
+    class Signalling(queue.Queue):  # tells the producer each time the recorder asks for the next outcome
+        def get(self, block: bool = True, timeout: float | None = None) -> int:
+            taken.set()
+            return outcomes.get(block, timeout)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    batch = drain(Signalling(), timeout=1.0, most=6, gap=5.0, longest=60.0)
+    producer.join()
+    assert batch == [0, 1, 2, 3, 4, 5]
+
+
+def test_an_idle_recorder_gets_nothing():
+    assert drain(queue.Queue(), timeout=0.0) == []

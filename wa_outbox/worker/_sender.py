@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -71,6 +71,10 @@ log = logging.getLogger("wa_outbox.worker")
 _PAUSE_REASONS = {Action.THROTTLE_SENDER: "sender_throttled", Action.PAUSE_SENDER: "sender_paused",
                   Action.PAIR_LIMIT: "pair_limit"}
 FAILURE_BACKOFF_CAP = 10.0  # seconds: the longest wait between claims while the database is away
+T = TypeVar("T")
+# The recorder's batches (drain): an outcome waits at most RECORD_GAP for the next one, a batch at most RECORD_LINGER.
+RECORD_GAP = 0.01
+RECORD_LINGER = 0.04
 # Send slots are reserved at most this far ahead. Long enough for a claim to take many slots and for workers to come
 # back well before the schedule runs dry (they come back when the next free slot is half a horizon away); short
 # enough that a throttled sender has few sends already scheduled on other workers.
@@ -169,6 +173,30 @@ def describe_outcome(entry: dict, attempt: int) -> str:
         return f"waits ({entry['event']}, attempt not counted): {reason}"
     return f"retry in {detail.get('retry_in_s')} s (attempt {attempt}): {reason}"
 
+
+
+def drain(outcomes: queue.Queue[T], timeout: float, most: int = 1000, gap: float = RECORD_GAP,
+          longest: float = RECORD_LINGER) -> list[T]:
+    """The recorder's next batch: the first outcome (waiting up to `timeout`; none: []) and those that follow while
+    they keep coming, each within `gap` of the last, for at most `longest` and `most` of them: one statement records
+    many sends. A lone send is recorded `gap` after it ends; a stream of them (a drain whose sends go at their slots,
+    one every few ms) in batches of `longest`: each record_outcomes statement has a fixed cost, and with the sends
+    spread over their slots, batches cut `gap` after their first held a third as many rows as those of sends that end
+    together (bench/senders.py)."""
+    try:
+        batch = [outcomes.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    until = time.monotonic() + longest
+    while len(batch) < most:
+        left = until - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            batch.append(outcomes.get(timeout=min(gap, left)))
+        except queue.Empty:
+            break
+    return batch
 
 
 def claim_pacing(settings: Settings) -> dict:
@@ -688,26 +716,11 @@ class Sender:
     def record(self, done: threading.Event) -> None:
         """Record outcomes in batches until `done` is set and nothing is left in flight or queued."""
         while True:
-            batch = self._drain(timeout=0.05)
+            batch = drain(self._outcomes, timeout=0.05)
             if batch:
                 self._record(batch)
             elif done.is_set() and self.in_flight == 0 and self._outcomes.empty():
                 return
-
-    def _drain(self, timeout: float, most: int = 1000,
-               linger: float = 0.01) -> list[tuple[Claimed, Decision | None, dict]]:
-        """The outcomes waiting, after lingering briefly for more: one statement records many sends."""
-        try:
-            batch = [self._outcomes.get(timeout=timeout)]
-        except queue.Empty:
-            return []
-        until = time.monotonic() + linger
-        while len(batch) < most:
-            try:
-                batch.append(self._outcomes.get(timeout=max(0.0, until - time.monotonic())))
-            except queue.Empty:
-                break
-        return batch
 
     def _record(self, batch: list[tuple[Claimed, Decision | None, dict]]) -> None:
         self._return_pair_reservations([row.id for row, decision, _ in batch if decision is None])
