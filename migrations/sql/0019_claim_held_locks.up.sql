@@ -46,9 +46,10 @@ BEGIN
         ORDER BY r.phone_number_id FOR UPDATE;
     END IF;
     RETURN QUERY
-    WITH locked AS MATERIALIZED (  -- locked above, or by the caller (`held`)
+    WITH locked AS MATERIALIZED (  -- locked above, or by the caller (`held`); = ANY: key look-ups, never a scan
         SELECT r.phone_number_id AS sender, r.mps, r.burst, r.tokens, r.refilled_at, r.paused_until, u.n AS wanted
         FROM wa_outbox.rate_limits r JOIN unnest(senders, wants) AS u(s, n) ON u.s = r.phone_number_id
+        WHERE r.phone_number_id = ANY (senders)
     ), timed AS MATERIALIZED (  -- the earliest slot, read after the locks
         SELECT l.*, sh.refill AS rate, sh.capacity,
                clock_timestamp()
