@@ -118,6 +118,24 @@ def test_burst_mode_is_the_classic_bucket_in_slots(run, db):
     assert abs(slots[5] - slots[4] - 0.1) < 1e-3 and abs(slots[6] - slots[5] - 0.1) < 1e-3
 
 
+def test_a_reservation_for_rows_the_caller_holds_reads_them_as_locked_and_creates_nothing(run, db, database_url):
+    """reserve_slots_set(…, held => true), as the claim calls it for the senders its walk locked: the same slots a
+    reservation that locks them itself would grant, from the schedule as the last holder left it; a sender with no
+    bucket gets none made (the caller said it holds every row: nothing to reserve from)."""
+    assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
+    first = reserve(db, 4, horizon=0.5)
+    call = ("SELECT phone_number_id, granted, extract(epoch FROM slots_from)::float8, level, refill "
+            "FROM wa_outbox.reserve_slots_set(%s, %s, 80, 0, 0.5, held => true)")
+    with psycopg.connect(database_url) as conn:  # one transaction: the caller's lock, then the reservation
+        conn.execute("SELECT 1 FROM wa_outbox.rate_limits WHERE phone_number_id = %s FOR UPDATE", (SENDER,))
+        rows = conn.execute(call, ([SENDER, "100000000000999"], [3, 3])).fetchall()
+    assert [r[:2] for r in rows] == [(SENDER, 3)]  # the unknown sender: no row, no bucket
+    sender, granted, start, level, refill = rows[0]
+    slots = [start + max(0.0, k - level) / refill for k in range(1, granted + 1)]
+    assert abs(slots[0] - first[-1] - 1 / 19.7) < 1e-3  # on from the schedule as the first reservation left it
+    assert db.execute("SELECT count(*) FROM wa_outbox.rate_limits").fetchone()[0] == 1
+
+
 def test_a_paused_sender_reserves_nothing_and_its_schedule_survives_the_pause(db, run):
     assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
     ahead = reserve(db, 10, horizon=0.5)
@@ -411,10 +429,11 @@ def test_pair_reservations_come_back_only_while_no_later_claim_moved_them(db, se
 def test_the_schedule_is_spaced_by_the_margin_the_worker_allows_late_sends(db, mps, burst, margin):
     """slot_margin (SQL) with the cases tests/unit/test_late_send_limit.py gives the worker's late_send_limit: the
     margin, and a default schedule whose mps + 1 consecutive slots span exactly 1 + margin seconds."""
-    got, refill = db.execute("SELECT wa_outbox.slot_margin(%(mps)s, %(burst)s), "
-                             "(wa_outbox.bucket_shape(%(mps)s, %(burst)s)).refill", {"mps": mps, "burst": burst}
-                             ).fetchone()
+    got, refill, inlined = db.execute(
+        "SELECT wa_outbox.slot_margin(%(mps)s, %(burst)s), (wa_outbox.bucket_shape(%(mps)s, %(burst)s)).refill, "
+        "wa_outbox.bucket_refill(%(mps)s, %(burst)s)", {"mps": mps, "burst": burst}).fetchone()
     assert got == pytest.approx(margin)
+    assert inlined == refill  # the claim's inlined form (bucket_refill) is bucket_shape's
     if burst is None:
         assert mps / refill == pytest.approx(1 + margin)
 
