@@ -16,10 +16,11 @@
 --  * pair pacing: per recipient at most %(pair_burst)s at once, then one per %(pair_interval)s s (contacts.
 --    pair_paced_until, a generic cell rate algorithm), and nothing while a 131056 pause lasts: such rows wait for
 --    their time without burning an attempt;
---  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots_set, all senders in
---    one call; a sender whose rate_limits row another claim holds is passed over instead of waited for: slots 1/rate
---    apart, from %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant
---    wait until their slot would come within the horizon. A sender in %(reserved)s (a JSON array of
+--  * reserve send slots for the rest from each sender's shared schedule (wa_outbox.reserve_slots_set: the senders
+--    whose rate_limits row the walk locked in one call, `held`, which locks nothing again; any other in a second;
+--    a sender whose row another claim holds is passed over instead of waited for: slots 1/rate apart, from
+--    %(lead)s s to %(lead)s + %(horizon)s s ahead, none while the sender is paused); rows over the grant wait until
+--    their slot would come within the horizon. A sender in %(reserved)s (a JSON array of
 --    reserve_slots_ahead.sql's rows) had its slots reserved by this worker just before, in a transaction of its own:
 --    the claim uses that grant and takes no lock on its rate_limits row (held to the commit, it would make the
 --    claims of all workers for that sender run one at a time);
