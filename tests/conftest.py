@@ -158,9 +158,21 @@ def stop_registry_watches(monkeypatch):
         return start(self)
 
     monkeypatch.setattr(RegistryWatch, "start", tracked)
+    # the same for the feed's long-poll listener (event_notices.py), started by the first long poll of an app
+    from wa_outbox.event_notices import EventNotices
+    notices: list[EventNotices] = []
+    notices_start = EventNotices._start
+
+    def notices_tracked(self: EventNotices) -> None:
+        notices.append(self)
+        notices_start(self)
+
+    monkeypatch.setattr(EventNotices, "_start", notices_tracked)
     yield
     for watch in started:
         watch.stop()
+    for listener in notices:
+        listener.stop()
 
 
 @pytest.fixture

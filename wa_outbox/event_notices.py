@@ -41,6 +41,7 @@ class EventNotices:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     @contextmanager
     def waiting_slot(self) -> Iterator[bool]:
@@ -94,20 +95,27 @@ class EventNotices:
                 self._thread = threading.Thread(target=self._run, name="event-notices", daemon=True)
                 self._thread.start()
 
+    def stop(self) -> None:
+        """Stop listening (within a second) and close the connection; waiting polls go on with their ticks."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
     def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 with db.connect(self._settings, autocommit=True, connect_timeout=5,
                                 application_name="wa-outbox-event-notices") as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._bump(listening=True)  # whatever happened while not listening: polls read again
-                    for _ in conn.notifies():
-                        self._bump(listening=True)
+                    while not self._stopping.is_set():
+                        if any(True for _ in conn.notifies(timeout=1.0, stop_after=1)):
+                            self._bump(listening=True)
             except Exception as exc:  # noqa: BLE001 - the database went away: polls fall back to their ticks meanwhile
                 log.warning("event notices: the listener lost its connection; polls tick meanwhile: %s",
                             scrub(str(exc), self._settings.database_url).splitlines()[0] if str(exc) else type(exc))
             self._bump(listening=False)
-            time.sleep(RECONNECT_SECONDS)
+            self._stopping.wait(RECONNECT_SECONDS)
 
     def _bump(self, *, listening: bool) -> None:
         with self._changed:
