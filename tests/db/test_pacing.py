@@ -123,9 +123,10 @@ def test_a_reservation_for_rows_the_caller_holds_reads_them_as_locked_and_create
     reservation that locks them itself would grant, from the schedule as the last holder left it; a sender with no
     bucket gets none made (the caller said it holds every row: nothing to reserve from)."""
     assert run("ratelimit", "set", SENDER, "--mps", "20").exit_code == 0
-    first = reserve(db, 4, horizon=0.5)
+    # A schedule reserved 2.5 s ahead: the held call below continues it however late a busy machine makes it
+    first = reserve(db, 50, horizon=5.0)
     call = ("SELECT phone_number_id, granted, extract(epoch FROM slots_from)::float8, level, refill "
-            "FROM wa_outbox.reserve_slots_set(%s, %s, 80, 0, 0.5, held => true)")
+            "FROM wa_outbox.reserve_slots_set(%s, %s, 80, 0, 5.0, held => true)")
     with psycopg.connect(database_url) as conn:  # one transaction: the caller's lock, then the reservation
         conn.execute("SELECT 1 FROM wa_outbox.rate_limits WHERE phone_number_id = %s FOR UPDATE", (SENDER,))
         rows = conn.execute(call, ([SENDER, "100000000000999"], [3, 3])).fetchall()
