@@ -16,6 +16,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -145,33 +146,25 @@ def app(settings: Settings):
 
 @pytest.fixture(autouse=True)
 def stop_registry_watches(monkeypatch):
-    """Every web app a test makes starts a registry listener (a thread with a connection of its own); stop each at
-    the end of its test (the session's and the module-scoped apps, made before this runs, stop theirs in their own
-    teardown). Left running, they held a connection each for the whole session and, once their database
-    was dropped, retried it in the log until the interpreter ended."""
-    from wa_outbox.registry_watch import RegistryWatch
-    started: list[RegistryWatch] = []
-    start = RegistryWatch.start
-
-    def tracked(self: RegistryWatch) -> RegistryWatch:
-        started.append(self)
-        return start(self)
-
-    monkeypatch.setattr(RegistryWatch, "start", tracked)
-    # the same for the feed's long-poll listener (event_notices.py), started by the first long poll of an app
+    """Every web app a test makes starts a registry listener (a thread with a connection of its own), and the feed's
+    long-poll listener on its first long poll (event_notices.py); stop each at the end of its test (the session's and
+    the module-scoped apps, made before this runs, stop theirs in their own teardown). Left running, they held a
+    connection each for the whole session and, once their database was dropped, retried it in the log until the
+    interpreter ended."""
     from wa_outbox.event_notices import EventNotices
-    notices: list[EventNotices] = []
-    notices_start = EventNotices._start
+    from wa_outbox.registry_watch import RegistryWatch
+    started: list[Any] = []
 
-    def notices_tracked(self: EventNotices) -> None:
-        notices.append(self)
-        notices_start(self)
+    def tracking(start: Any) -> Any:
+        def tracked(self: Any) -> Any:
+            started.append(self)
+            return start(self)
+        return tracked
 
-    monkeypatch.setattr(EventNotices, "_start", notices_tracked)
+    monkeypatch.setattr(RegistryWatch, "start", tracking(RegistryWatch.start))
+    monkeypatch.setattr(EventNotices, "_start", tracking(EventNotices._start))
     yield
-    for watch in started:
-        watch.stop()
-    for listener in notices:
+    for listener in started:
         listener.stop()
 
 
