@@ -47,13 +47,15 @@ def add_endpoint(db, url: str, *, secret: str | None = None, event_types: list[s
 
 
 def add_events(db, n: int = 1, *, type_: str = "message.received", phone_number_id: str | None = "100000000000001",
-               wa_id: str | None = "5511987654321", start: int = 0) -> list[int]:
-    """Insert n events in one statement (and one transaction); their seqs."""
+               wa_id: str | None = "5511987654321", start: int = 0, notify: bool = True) -> list[int]:
+    """Insert n events in one statement (and one transaction); their seqs. `notify`: wake the workers' dispatch, as
+    the statements that write events do."""
     rows = db.execute("INSERT INTO wa_outbox.events (type, phone_number_id, wa_id, data) "
                       "SELECT %s, %s, %s, jsonb_build_object('schema_version', 1, 'n', i, 'text', 'olá ✓') "
                       "FROM generate_series(%s::int, %s::int) AS i ORDER BY i RETURNING seq",
                       (type_, phone_number_id, wa_id, start, start + n - 1)).fetchall()
-    db.execute("NOTIFY wa_outbox_events")
+    if notify:
+        db.execute("NOTIFY wa_outbox_events")
     return sorted(seq for (seq,) in rows)
 
 
@@ -75,6 +77,8 @@ class Receiver:
     hold: threading.Event | None = None
     headers_out: dict[str, str] = field(default_factory=dict)
     received: list[Received] = field(default_factory=list)
+    waiting: int = 0        # POSTs held by `hold` right now
+    most_waiting: int = 0   # ... at most, so far
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
 
@@ -107,7 +111,12 @@ def serve_receiver(receiver: Receiver) -> Iterator[Receiver]:
                 except WebhookVerificationError:
                     pass
             if receiver.hold is not None:
+                with receiver.lock:
+                    receiver.waiting += 1
+                    receiver.most_waiting = max(receiver.most_waiting, receiver.waiting)
                 receiver.hold.wait(60)
+                with receiver.lock:
+                    receiver.waiting -= 1
             webhook_id = headers.get("webhook-id", "")
             with receiver.lock:
                 tries = sum(1 for r in receiver.received if r.webhook_id == webhook_id)

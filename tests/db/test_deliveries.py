@@ -232,11 +232,15 @@ def test_a_hanging_endpoint_does_not_stop_another_endpoint_or_sends(db, sender, 
             wait_for(all_delivered(db, fine_id, 40), what="the healthy endpoint's 40 deliveries")
             wait_for(lambda: db.execute("SELECT status FROM wa_outbox.notifications WHERE id = %s",
                                         (nid,)).fetchone()[0] in ("sent", "delivered", "read"), what="the message sent")
-            held = db.execute("SELECT count(*) FROM wa_outbox.deliveries WHERE endpoint_id = %s AND "
-                              "status = 'delivering'", (hanging_id,)).fetchone()[0]
-            assert held == 4  # the hanging endpoint holds its own share of threads, no more
+            # The hanging endpoint holds its own share of threads, no more: 4 POSTs, and 4 more deliveries claimed
+            # ahead (AHEAD), waiting for one of those to end.
+            held = "SELECT count(*) FROM wa_outbox.deliveries WHERE endpoint_id = %s AND status = 'delivering'"
+            wait_for(lambda: db.execute(held, (hanging_id,)).fetchone()[0] == 4 * _deliverer.AHEAD,
+                     what="the hanging endpoint's share claimed")
+            wait_for(lambda: hanging.waiting == 4, what="its 4 POSTs at the receiver")
             hold.set()
             wait_for(all_delivered(db, hanging_id, 40), what="the hanging endpoint's deliveries once it answers")
+    assert hanging.most_waiting == 4  # never more POSTs at once than its share
 
 
 def test_a_host_name_resolving_to_a_private_address_is_refused_at_delivery(db, settings):
@@ -363,6 +367,25 @@ def test_a_replayed_failed_delivery_gets_the_whole_schedule_again(db, settings):
                 engine.dispose()
             wait_for(all_delivered(db, endpoint_id, 1), what="the replayed delivery")
     assert [a[1:3] for a in attempts(db, endpoint_id)] == [(1, 500), (2, 500), (3, 500), (4, 500), (5, 200)]
+
+
+def test_a_dispatch_by_another_worker_wakes_an_idle_worker_to_claim(db, settings):
+    """A worker that found nothing to claim does not sleep until its next poll (here a minute away) while another
+    worker dispatches: the dispatch's NOTIFY wa_outbox_deliveries wakes it to claim."""
+    engine = wa_db.create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
+    try:
+        with serve_receiver(Receiver(secrets=[])) as receiver:
+            endpoint_id, _ = add_endpoint(db, receiver.url)
+            with running_worker(push_settings(settings, poll_interval=60.0)) as worker:
+                wait_for(lambda: worker.listening.is_set() and worker.deliverer.rounds >= 1,
+                         what="the worker listening, its first round done")
+                add_events(db, 3, notify=False)  # no wake-up for its own dispatch: it polls in a minute
+                # another worker's dispatch (the first that moves the cursor: the horizon may hold it a moment)
+                wait_for(lambda: queries.dispatch_events(engine, batch=10, backlog=10), what="a dispatch")
+                wait_for(all_delivered(db, endpoint_id, 3), timeout=20.0, what="3 deliveries, well before the poll")
+        assert len(receiver.delivered()) == 3
+    finally:
+        engine.dispose()
 
 
 def test_dispatch_waits_while_an_endpoint_has_a_backlog_of_due_deliveries(db, database_url):

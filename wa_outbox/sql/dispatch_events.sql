@@ -9,6 +9,8 @@
 -- than as rows written long before a thread can take them. Retries not yet due and held rows of ordered endpoints
 -- do not count: a failing receiver or one stuck conversation never stops the dispatch of the rest.
 -- Safe to repeat: moves each cursor only past the events it dispatched; a second run dispatches what followed.
+-- Deliveries written: NOTIFY wa_outbox_deliveries (at commit, once), so that every worker's delivery loop claims them
+-- now: without it, a worker that found nothing to claim while another dispatched slept until its next poll.
 WITH horizon AS (
     SELECT wa_outbox.events_horizon() AS txid
 ), endpoint AS (  -- only endpoints with something to dispatch are locked: an idle poll writes nothing
@@ -53,7 +55,9 @@ WITH horizon AS (
     UPDATE wa_outbox.endpoints en SET cursor_txid = last.txid, cursor_seq = last.seq
     FROM last WHERE en.id = last.endpoint_id
     RETURNING en.id, last.scanned
+), woken AS (
+    SELECT pg_notify('wa_outbox_deliveries', '') FROM (SELECT FROM inserted LIMIT 1) any_inserted
 )
 SELECT m.id AS endpoint_id, m.scanned::int AS scanned,
        (SELECT count(*) FROM inserted i WHERE i.endpoint_id = m.id)::int AS inserted
-FROM moved m
+FROM moved m, (SELECT count(*) FROM woken) notified  -- (a SELECT in WITH runs only where it is read)

@@ -8,8 +8,9 @@ Threads of one worker:
   all there is with WA_OUTBOX_LISTEN=false), and a sender paused by any worker stops here too before its reserved
   slots (without the listener, only the worker that was throttled stops at once);
 - inbound: drains webhook_events (`_inbound.py`);
-- deliveries: pushes events to endpoints (`_deliverer.py`: dispatch, claim, record), with deliver-N threads of its
-  own (WA_OUTBOX_DELIVERY_CONCURRENCY), woken by LISTEN wa_outbox_events;
+- deliveries: pushes events to endpoints (`_deliverer.py`: dispatch and claim; deliveries-recorder records), with
+  deliver-N threads of its own (WA_OUTBOX_DELIVERY_CONCURRENCY), woken by LISTEN wa_outbox_events (events to
+  dispatch) and wa_outbox_deliveries (deliveries dispatched, by any worker, to claim);
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
 is guarded, so no leader is needed.
@@ -51,6 +52,7 @@ log = logging.getLogger("wa_outbox.worker")
 
 NOTIFY_CHANNEL = "wa_outbox_notifications"
 EVENTS_CHANNEL = "wa_outbox_events"   # NOTIFYed by every statement that writes events: dispatch them now
+DELIVERIES_CHANNEL = "wa_outbox_deliveries"  # NOTIFYed by a dispatch that wrote deliveries: claim them now
 REGISTRY_CHANNEL = "wa_outbox_registry"  # every registry change (a sender's token among them): drop cached tokens
 MAINTENANCE_INTERVAL = 5.0
 INBOUND_IDLE_WAIT = 0.5
@@ -234,6 +236,7 @@ class Worker:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     conn.execute(f"LISTEN {REGISTRY_CHANNEL}")
+                    conn.execute(f"LISTEN {DELIVERIES_CHANNEL}")
                     self.sender.tokens.invalidate()  # a token may have changed while we were not listening
                     self.listening.set()
                     failures = 0
@@ -243,6 +246,9 @@ class Worker:
                         for notify in conn.notifies(timeout=1.0, stop_after=1):
                             if notify.channel == EVENTS_CHANNEL:
                                 self.deliverer.on_events()
+                                continue
+                            if notify.channel == DELIVERIES_CHANNEL:
+                                self.deliverer.on_deliveries()
                                 continue
                             if notify.channel == REGISTRY_CHANNEL:
                                 self.sender.tokens.invalidate()  # the next send reads its sender's token anew

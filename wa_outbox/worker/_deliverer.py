@@ -1,14 +1,17 @@
 """The push engine of one worker: events become deliveries (dispatch), deliveries are claimed under a lease, POSTed
 signed to their endpoints on this engine's own threads, and their outcomes recorded in batches.
 
-One thread (`run`) does the database work in a loop: record the outcomes waiting, dispatch when woken by NOTIFY
-wa_outbox_events (the worker's listener) or every poll interval, then claim as many due deliveries as it has free
-threads (claim_deliveries.sql: at most WA_OUTBOX_DELIVERY_PER_ENDPOINT in flight to one endpoint, fairly across
-endpoints; ordered endpoints one delivery per conversation at a time). WA_OUTBOX_DELIVERY_CONCURRENCY threads do the
-HTTP (`_push.py`), apart from the send threads: a slow or dead endpoint never slows sends, webhook processing, or
-(beyond its own few threads) another endpoint. delivery_policy.py judges each answer. When the machine is saturated
-and the worker's sends are held back by it (Sender.claim_bound), the loop yields: one round a second until the sends
-catch up, so a message goes out first and its events follow, rather than both going slower.
+One thread (`run`) does the database work in a loop: dispatch when woken by NOTIFY wa_outbox_events (the worker's
+listener) or every poll interval, then claim due deliveries for its threads and as many again ahead (AHEAD;
+claim_deliveries.sql: fairly across endpoints; ordered endpoints one delivery per conversation at a time); a thread
+whose POST ends takes the next claimed one whose endpoint has fewer than WA_OUTBOX_DELIVERY_PER_ENDPOINT POSTs in
+flight. Another (`_record_loop`) records the outcomes in batches as they come, so that a claim never waits behind a
+record (each a statement and its commit): with both on one thread, the delivery threads spent half the push waiting
+for rows (bench/deliveries.py --profile). WA_OUTBOX_DELIVERY_CONCURRENCY threads do the HTTP (`_push.py`), apart
+from the send threads: a slow or dead endpoint never slows sends, webhook processing, or (beyond its own few
+threads) another endpoint. delivery_policy.py judges each answer. When the machine is saturated and the worker's
+sends are held back by it (Sender.claim_bound), the loop yields: one round a second until the sends catch up, so a
+message goes out first and its events follow, rather than both going slower.
 
 At least once: a delivery is `delivering` under a lease while its POST runs; a worker that dies leaves it to the
 rescuer (rescue_deliveries.sql), which queues it again once the lease expires. A receiver deduplicates by the
@@ -22,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +41,7 @@ from ..retry import backoff_seconds
 from ..secret_box import SecretBox
 from ..states import DeliveryStatus
 from ._push import PushResult, PushTransport, signature_header
+from ._sender import drain as take_batch
 
 log = logging.getLogger("wa_outbox.deliveries")
 
@@ -52,11 +56,21 @@ HELD_SWEEP_ROUNDS = 60      # ... and every this many rounds (the first too), at
 HELD_SWEEP_WINDOW = 10 * 365 * 86400.0
 LEASE_MARGIN = 10.0         # seconds a delivery's lease outlasts its longest possible POST
 # While the worker's sends are claim-bound (`yield_to`: the machine is saturated and messages wait for it), the loop
-# runs one round (record, dispatch, claim) every YIELD_ROUND_INTERVAL seconds, not whenever it can: its deliveries
+# runs one round (dispatch, claim) every YIELD_ROUND_INTERVAL seconds, not whenever it can: its deliveries
 # never stop, and the sends get the CPU. It looks again every YIELD_CHECK seconds, so it goes back to full speed
 # within that of the sends catching up.
 YIELD_ROUND_INTERVAL = 1.0
 YIELD_CHECK = 0.05
+# The recorder's batches: outcomes taken while they keep coming, each within RECORD_GAP of the last, for at most
+# RECORD_LINGER. Short, unlike the sends' (worker/_sender.py): the next event of an ordered conversation waits for
+# its predecessor's record.
+RECORD_GAP = 0.002
+RECORD_LINGER = 0.010
+# Deliveries claimed ahead: a worker holds up to AHEAD times its threads' worth of claimed deliveries (AHEAD times
+# WA_OUTBOX_DELIVERY_PER_ENDPOINT for one endpoint), so that a thread whose POST ends takes the next one at once
+# instead of waiting for the loop's next claim (a statement and its commit: ~2 ms on a busy machine, longer than a
+# POST to a fast receiver; bench/deliveries.py). POSTs in flight stay within the threads and the per-endpoint share.
+AHEAD = 2
 
 
 
@@ -70,21 +84,32 @@ class Deliverer:
         self.metrics = metrics
         self.policy = settings.delivery_policy()
         self.concurrency = settings.delivery_concurrency
-        # The lease covers the longest a POST may take (connect, then the read timeout) with a margin: the sends'
-        # WA_OUTBOX_LEASE_SECONDS, or longer when WA_OUTBOX_DELIVERY_TIMEOUT asks for it.
-        self.lease_seconds = max(settings.lease_seconds, 2 * settings.delivery_timeout + LEASE_MARGIN)
+        self.per_endpoint = settings.delivery_per_endpoint
+        self.capacity = AHEAD * self.concurrency  # deliveries held: POSTing, or claimed and waiting for a thread
+        # The lease covers the longest a delivery may take (connect, then the read timeout) and, claimed ahead, the
+        # wait for a thread (at most as long: the POSTs before it), with a margin: the sends' WA_OUTBOX_LEASE_SECONDS,
+        # or longer when WA_OUTBOX_DELIVERY_TIMEOUT asks for it.
+        self.lease_seconds = max(settings.lease_seconds, AHEAD * 2 * settings.delivery_timeout + LEASE_MARGIN)
         self.transport = transport or PushTransport(timeout=settings.delivery_timeout,
                                                     allow_private=settings.endpoints_allow_private,
                                                     pool_size=settings.delivery_per_endpoint)
         self.wake = threading.Event()        # a delivery ended, events were written (NOTIFY), or stop
         self.dispatch_wanted = threading.Event()
+        self.claim_wanted = threading.Event()
+        self._since_dispatch = 0
         self._lock = threading.Lock()
-        self._held: Counter[str] = Counter()  # endpoint id -> deliveries in flight on this worker's threads
+        self._held: Counter[str] = Counter()     # endpoint id -> deliveries claimed and not ended (posting or ready)
+        self._posting: Counter[str] = Counter()  # endpoint id -> POSTs in flight
+        self._ready: deque[queries.ClaimedDelivery] = deque()  # claimed, waiting for a thread, in the claim's order
+        self._runners = 0                        # delivery threads at work (each takes ready rows until none fits)
         self._outcomes: queue.Queue[tuple[queries.ClaimedDelivery, PushResult, dict]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver")
         self._box: SecretBox | None = None
         self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
         self._rescues = 0
+        # since the loop's last round: deliveries ended (their threads free) + batches recorded (which may have woken
+        # ordered deliveries behind them): a claim may find more
+        self._progress = 0
         self.rounds = 0                        # loop rounds done (a signal for tests)
         self.yielded_rounds = 0                # ... of which while yielding to the sends
         self._next_yield_round = 0.0           # time.monotonic() of the next round while yielding
@@ -92,8 +117,14 @@ class Deliverer:
 
     @property
     def in_flight(self) -> int:
+        """Deliveries claimed and not ended: POSTing, or waiting for a thread."""
         with self._lock:
             return sum(self._held.values())
+
+    def on_deliveries(self) -> None:
+        """NOTIFY wa_outbox_deliveries: a dispatch (this worker's or another's) wrote deliveries; claim them now."""
+        self.claim_wanted.set()
+        self.wake.set()
 
     def on_events(self) -> None:
         """NOTIFY wa_outbox_events: events were committed; dispatch them now."""
@@ -103,11 +134,14 @@ class Deliverer:
     # --- the loop (its own thread) ---------------------------------------------------------------------------------
 
     def run(self, stopping: threading.Event) -> None:
-        # Claim (and record) in batches: once a quarter of the threads are free, or none is busy, so that one claim
-        # and one record statement serve many deliveries rather than one each (as the sends' producer does).
-        min_claim = max(1, self.concurrency // 4)
+        # Claim in batches: once room for half the threads' worth is free, or nothing is held, so that one claim
+        # statement serves many deliveries rather than one each (as the sends' producer does).
+        min_claim = max(1, self.concurrency // 2)
         failures = 0
         next_dispatch = 0.0
+        recorder = threading.Thread(target=self._record_loop, args=(stopping,), name="deliveries-recorder",
+                                    daemon=True)
+        recorder.start()
         while not stopping.is_set():
             yielding = self.yield_to is not None and self.yield_to()
             if yielding:
@@ -118,26 +152,36 @@ class Deliverer:
                 self._next_yield_round = now + YIELD_ROUND_INTERVAL
                 self.yielded_rounds += 1
             self.wake.clear()
+            self.claim_wanted.clear()
             busy = False
             try:
-                recorded = self.record_waiting()
+                with self._lock:
+                    progress, self._progress = self._progress, 0
                 if self.dispatch_wanted.is_set() or time.monotonic() >= next_dispatch:
                     self.dispatch_wanted.clear()
+                    self._since_dispatch = 0
                     next_dispatch = time.monotonic() + self.settings.poll_interval
                     # yielding: only as many events as the round can take, not a backlog of rows written early
                     if self.dispatch(self.concurrency if yielding else DISPATCH_BATCH):
                         self.dispatch_wanted.set()  # a full batch: there is more
                         busy = True
                 in_flight = self.in_flight
-                free = self.concurrency - in_flight
+                # yielding: no deliveries claimed ahead, a round's worth at most
+                free = (self.concurrency if yielding else self.capacity) - in_flight
                 if free >= min_claim or (free > 0 and in_flight == 0):
                     claimed = self.claim(free)
+                    # A quarter of a dispatch batch claimed since the last dispatch: dispatch again before the due
+                    # deliveries run out (the dispatch's back-pressure keeps them within DISPATCH_BACKLOG), not
+                    # once they have, with every thread waiting for its statement.
+                    self._since_dispatch += claimed
+                    if self._since_dispatch >= DISPATCH_BATCH // 4:
+                        self.dispatch_wanted.set()
                     busy = claimed == free or busy
                     # Threads left free while deliveries flow: the feed may hold more events than the last dispatch
                     # took (its batch, or the back-pressure held them). Dispatch again now rather than at the next
                     # poll or NOTIFY: a backlog would otherwise go at one batch per poll interval. Once a round
                     # neither records nor claims anything, this stops.
-                    if claimed < free and (recorded or claimed):
+                    if claimed < free and (progress or claimed):
                         self.dispatch_wanted.set()
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
@@ -152,11 +196,11 @@ class Deliverer:
                 self.rounds += 1
             if not busy:
                 self._idle(stopping, min_claim)
-        self.drain(self.settings.shutdown_grace)
+        self.drain(self.settings.shutdown_grace, recorder)
 
     def _idle(self, stopping: threading.Event, min_claim: int) -> None:
-        """Wait up to a poll interval: until events are written, or deliveries ended and a quarter of the threads
-        (or all) are free."""
+        """Wait up to a poll interval: until events are written, deliveries are dispatched (NOTIFY) while there is
+        room, or deliveries ended and room for min_claim is free (or nothing is held)."""
         deadline = time.monotonic() + self.settings.poll_interval
         while not stopping.is_set() and not self.dispatch_wanted.is_set():
             left = deadline - time.monotonic()
@@ -164,7 +208,9 @@ class Deliverer:
                 return
             self.wake.clear()
             in_flight = self.in_flight
-            if not self._outcomes.empty() and (self.concurrency - in_flight >= min_claim or in_flight == 0):
+            if self.claim_wanted.is_set() and in_flight < self.capacity:
+                return
+            if self._progress and (self.capacity - in_flight >= min_claim or in_flight == 0):
                 return
             self.wake.wait(left)
 
@@ -175,18 +221,37 @@ class Deliverer:
         return any(row.scanned >= batch for row in rows)
 
     def claim(self, free: int) -> int:
+        """Claim up to `free` deliveries (at most AHEAD x the per-endpoint share held for one endpoint) and put
+        threads to work on them."""
         with self._lock:
             held = json.dumps({k: v for k, v in self._held.items() if v})
         rows = queries.claim_deliveries(self.engine, worker_id=self.worker_id, lease_seconds=self.lease_seconds,
-                                        limit=free,
-                                        per_endpoint=self.settings.delivery_per_endpoint, held=held)
-        for row in rows:
-            with self._lock:
+                                        limit=free, per_endpoint=AHEAD * self.per_endpoint, held=held)
+        with self._lock:
+            for row in rows:
                 self._held[row.endpoint_id] += 1
-            self._executor.submit(self._deliver, row)
+                self._ready.append(row)
+            start = min(self.concurrency - self._runners, len(self._ready))
+            self._runners += start
+        for _ in range(start):
+            self._executor.submit(self._run_ready)
         return len(rows)
 
-    # --- one delivery (a delivery thread) --------------------------------------------------------------------------
+    # --- the delivery threads --------------------------------------------------------------------------------------
+
+    def _run_ready(self) -> None:
+        """A delivery thread: deliver the ready rows, each the first in the claim's order whose endpoint has fewer
+        than its share of POSTs in flight, until none is left that may start (a row held back by its endpoint's
+        share starts on the thread of one of that endpoint's POSTs, when it ends)."""
+        while True:
+            with self._lock:
+                row = next((r for r in self._ready if self._posting[r.endpoint_id] < self.per_endpoint), None)
+                if row is None:
+                    self._runners -= 1
+                    return
+                self._ready.remove(row)
+                self._posting[row.endpoint_id] += 1
+            self._deliver(row)
 
     def _deliver(self, row: queries.ClaimedDelivery) -> None:
         try:
@@ -196,7 +261,9 @@ class Deliverer:
             result = PushResult(error=f"delivery crashed: {type(exc).__name__}: {exc}"[:500])
         self._outcomes.put((row, result, self._outcome(row, result)))
         with self._lock:
+            self._posting[row.endpoint_id] -= 1
             self._held[row.endpoint_id] -= 1
+            self._progress += 1
         self.wake.set()
 
     def _post(self, row: queries.ClaimedDelivery) -> PushResult:
@@ -242,7 +309,31 @@ class Deliverer:
                 "next_in": next_in, "status_code": result.status_code, "latency_ms": round(result.latency_ms, 3),
                 "response_head": result.head, "error": error, "verdict": verdict.value}
 
-    # --- recording (the loop's thread) -----------------------------------------------------------------------------
+    # --- recording (the recorder's thread) -------------------------------------------------------------------------
+
+    def _record_loop(self, stopping: threading.Event) -> None:
+        """Record outcomes in batches as they come, until stop (drain() records the last ones); a record ends
+        deliveries and wakes ordered ones behind them, so the loop is woken to claim."""
+        failures = 0
+        while not stopping.is_set():
+            batch = take_batch(self._outcomes, timeout=self.settings.poll_interval, gap=RECORD_GAP,
+                          longest=RECORD_LINGER)
+            if not batch:
+                continue
+            try:
+                self._record(batch)
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): the batch waits, then again
+                failures += 1
+                delay = backoff_seconds(failures, base=self.settings.poll_interval,
+                                        cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
+                log.warning("recording deliveries failed (%d in a row), next try in %.1f s: %s", failures, delay,
+                            scrub(one_line(exc), self.settings.database_url))
+                stopping.wait(delay)
+                continue
+            with self._lock:
+                self._progress += 1
+            self.wake.set()
 
     def record_waiting(self) -> int:
         """Record every outcome waiting, in one statement; disable the endpoints the policy says to."""
@@ -252,8 +343,11 @@ class Deliverer:
                 batch.append(self._outcomes.get_nowait())
             except queue.Empty:
                 break
-        if not batch:
-            return 0
+        if batch:
+            self._record(batch)
+        return len(batch)
+
+    def _record(self, batch: list[tuple[queries.ClaimedDelivery, PushResult, dict]]) -> None:
         try:
             failing = queries.record_deliveries(self.engine, worker_id=self.worker_id,
                                                 outcomes=json.dumps([entry for _, _, entry in batch]))
@@ -271,7 +365,6 @@ class Deliverer:
             self._disable(disable)
         for row, result, entry in batch:
             self._count(row, result, entry)
-        return len(batch)
 
     def _disable(self, disable: dict[str, DisabledReason]) -> None:
         done = queries.disable_endpoints(self.engine, disabled=json.dumps(
@@ -313,7 +406,7 @@ class Deliverer:
                         len(rescued), sum(r.status == DeliveryStatus.FAILED for r in rescued))
         return len(rescued)
 
-    def drain(self, grace_seconds: float) -> int:
+    def drain(self, grace_seconds: float, recorder: threading.Thread | None = None) -> int:
         """Stop: wait (within the grace) for the deliveries in flight, record their outcomes; return how many were
         still in flight (their leases expire and the rescuer queues them again)."""
         deadline = time.monotonic() + grace_seconds
@@ -321,6 +414,8 @@ class Deliverer:
             self.wake.wait(0.05)
             self.wake.clear()
         left = self.in_flight
+        if recorder is not None:  # its batch in hand is recorded (or put back) before the last ones here
+            recorder.join(max(0.0, deadline - time.monotonic()) + 1.0)
         try:
             self.record_waiting()
         except Exception as exc:  # noqa: BLE001 - the leases bring them back
