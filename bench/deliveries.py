@@ -441,9 +441,9 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
         workers.go()
         webhook_bench.run_wrk(port, bodies, 2, connections)  # warm-up (imports, pools, prepared statements)
         pids, database = [p.pid for p in workers.processes if p.pid], url.rsplit("/", 1)[1]
-        before = cpu_seconds(pids, database)
+        before, receiver_before = cpu_seconds(pids, database), _cpu(str(receiver.process.pid))
         result = webhook_bench.run_wrk(port, bodies, duration, connections)
-        after = cpu_seconds(pids, database)
+        after, receiver_after = cpu_seconds(pids, database), _cpu(str(receiver.process.pid))
         with psycopg.connect(url, autocommit=True) as conn:
             events = conn.execute("SELECT count(*) FROM wa_outbox.events").fetchone()[0]
             delivered = conn.execute(DELIVERED).fetchone()[0]
@@ -453,10 +453,12 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
     print(f"ingest, {endpoints} endpoints: {result['rps']:,.0f} req/s, p99 {result['p99']:.1f} ms; {events:,} events, "
           f"{delivered:,} delivered by the end; CPU seconds per second: the worker "
           f"{(after['clients'] - before['clients']) / duration:.2f}, Postgres (web and worker) "
-          f"{(after['postgres'] - before['postgres']) / duration:.2f}", flush=True)
+          f"{(after['postgres'] - before['postgres']) / duration:.2f}, the receiver "
+          f"{(receiver_after - receiver_before) / duration:.2f}", flush=True)
     return {"endpoints": endpoints, "rps": result["rps"],
             "worker_cpu_s_per_s": round((after["clients"] - before["clients"]) / duration, 3),
             "postgres_cpu_s_per_s": round((after["postgres"] - before["postgres"]) / duration, 3),
+            "receiver_cpu_s_per_s": round((receiver_after - receiver_before) / duration, 3),
             "p50": result["p50"], "p99": result["p99"],
             "errors": result["errors"] + result["socket_errors"], "events": events, "delivered_by_end": delivered}
 

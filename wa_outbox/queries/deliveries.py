@@ -20,9 +20,10 @@ class Dispatched:
     inserted: int   # deliveries created (the events its filter matched)
 
 
-def dispatch_events(engine: sa.Engine, *, batch: int, backlog: int) -> list[Dispatched]:
-    """`backlog`: an endpoint with this many deliveries due and unclaimed is not dispatched to meanwhile."""
-    return _rows(engine, "dispatch_events", Dispatched, {"batch": batch, "backlog": backlog})
+def dispatch_events(engine: sa.Engine, *, batch: int, backlog: int, by: str = "") -> list[Dispatched]:
+    """`backlog`: an endpoint with this many deliveries due and unclaimed is not dispatched to meanwhile. `by`: the
+    dispatching worker's id, the payload of the NOTIFY wa_outbox_deliveries that wakes the others."""
+    return _rows(engine, "dispatch_events", Dispatched, {"batch": batch, "backlog": backlog, "by": by})
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@
 -- than as rows written long before a thread can take them. Retries not yet due and held rows of ordered endpoints
 -- do not count: a failing receiver or one stuck conversation never stops the dispatch of the rest.
 -- Safe to repeat: moves each cursor only past the events it dispatched; a second run dispatches what followed.
--- Deliveries written: NOTIFY wa_outbox_deliveries (at commit, once), so that every worker's delivery loop claims them
--- now: without it, a worker that found nothing to claim while another dispatched slept until its next poll.
+-- Deliveries written: NOTIFY wa_outbox_deliveries (at commit, once; payload %(by)s, the dispatching worker), so that
+-- every other worker's delivery loop claims them now: without it, a worker that found nothing to claim while another
+-- dispatched slept until its next poll.
 WITH horizon AS (
     SELECT wa_outbox.events_horizon() AS txid
 ), endpoint AS (  -- only endpoints with something to dispatch are locked: an idle poll writes nothing
@@ -56,7 +57,7 @@ WITH horizon AS (
     FROM last WHERE en.id = last.endpoint_id
     RETURNING en.id, last.scanned
 ), woken AS (
-    SELECT pg_notify('wa_outbox_deliveries', '') FROM (SELECT FROM inserted LIMIT 1) any_inserted
+    SELECT pg_notify('wa_outbox_deliveries', %(by)s) FROM (SELECT FROM inserted LIMIT 1) any_inserted
 )
 SELECT m.id AS endpoint_id, m.scanned::int AS scanned,
        (SELECT count(*) FROM inserted i WHERE i.endpoint_id = m.id)::int AS inserted

@@ -248,7 +248,7 @@ class Worker:
                                 self.deliverer.on_events()
                                 continue
                             if notify.channel == DELIVERIES_CHANNEL:
-                                self.deliverer.on_deliveries()
+                                self.deliverer.on_deliveries(notify.payload)
                                 continue
                             if notify.channel == REGISTRY_CHANNEL:
                                 self.sender.tokens.invalidate()  # the next send reads its sender's token anew

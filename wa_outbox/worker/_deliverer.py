@@ -71,6 +71,11 @@ RECORD_LINGER = 0.010
 # instead of waiting for the loop's next claim (a statement and its commit: ~2 ms on a busy machine, longer than a
 # POST to a fast receiver; bench/deliveries.py). POSTs in flight stay within the threads and the per-endpoint share.
 AHEAD = 2
+# Dispatches asked for by NOTIFY (events written) go at most one per DISPATCH_GAP seconds: webhooks arriving at
+# thousands a second notify hundreds of times a second, and a dispatch each, with the claims behind them, moved two
+# rows per statement (bench/deliveries.py, ingest). A quiet feed's event still goes at once; under load, one
+# statement takes DISPATCH_GAP's worth. A full batch (more waiting) is dispatched again at once.
+DISPATCH_GAP = 0.05
 
 
 
@@ -97,6 +102,7 @@ class Deliverer:
         self.dispatch_wanted = threading.Event()
         self.claim_wanted = threading.Event()
         self._since_dispatch = 0
+        self._last_dispatch = float("-inf")  # time.monotonic() of the last dispatch
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()     # endpoint id -> deliveries claimed and not ended (posting or ready)
         self._posting: Counter[str] = Counter()  # endpoint id -> POSTs in flight
@@ -121,10 +127,12 @@ class Deliverer:
         with self._lock:
             return sum(self._held.values())
 
-    def on_deliveries(self) -> None:
-        """NOTIFY wa_outbox_deliveries: a dispatch (this worker's or another's) wrote deliveries; claim them now."""
-        self.claim_wanted.set()
-        self.wake.set()
+    def on_deliveries(self, by: str = "") -> None:
+        """NOTIFY wa_outbox_deliveries: another worker's dispatch (`by`, its id) wrote deliveries; claim them now.
+        (This worker's own dispatch is followed by its claim anyway.)"""
+        if by != self.worker_id:
+            self.claim_wanted.set()
+            self.wake.set()
 
     def on_events(self) -> None:
         """NOTIFY wa_outbox_events: events were committed; dispatch them now."""
@@ -138,7 +146,8 @@ class Deliverer:
         # statement serves many deliveries rather than one each (as the sends' producer does).
         min_claim = max(1, self.concurrency // 2)
         failures = 0
-        next_dispatch = 0.0
+        next_dispatch = 0.0  # the next poll's dispatch
+        more = False         # the last dispatch took a full batch: there is more
         recorder = threading.Thread(target=self._record_loop, args=(stopping,), name="deliveries-recorder",
                                     daemon=True)
         recorder.start()
@@ -157,14 +166,15 @@ class Deliverer:
             try:
                 with self._lock:
                     progress, self._progress = self._progress, 0
-                if self.dispatch_wanted.is_set() or time.monotonic() >= next_dispatch:
+                now = time.monotonic()
+                if more or now >= next_dispatch or self._dispatch_due(now):
                     self.dispatch_wanted.clear()
                     self._since_dispatch = 0
-                    next_dispatch = time.monotonic() + self.settings.poll_interval
+                    self._last_dispatch = now
+                    next_dispatch = now + self.settings.poll_interval
                     # yielding: only as many events as the round can take, not a backlog of rows written early
-                    if self.dispatch(self.concurrency if yielding else DISPATCH_BATCH):
-                        self.dispatch_wanted.set()  # a full batch: there is more
-                        busy = True
+                    more = self.dispatch(self.concurrency if yielding else DISPATCH_BATCH)
+                    busy = more or busy
                 in_flight = self.in_flight
                 # yielding: no deliveries claimed ahead, a round's worth at most
                 free = (self.concurrency if yielding else self.capacity) - in_flight
@@ -202,10 +212,13 @@ class Deliverer:
         """Wait up to a poll interval: until events are written, deliveries are dispatched (NOTIFY) while there is
         room, or deliveries ended and room for min_claim is free (or nothing is held)."""
         deadline = time.monotonic() + self.settings.poll_interval
-        while not stopping.is_set() and not self.dispatch_wanted.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
+        while not stopping.is_set():
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0 or self._dispatch_due(now):
                 return
+            if self.dispatch_wanted.is_set():  # wanted, within DISPATCH_GAP of the last: wait for the gap's end
+                left = min(left, self._last_dispatch + DISPATCH_GAP - now)
             self.wake.clear()
             in_flight = self.in_flight
             if self.claim_wanted.is_set() and in_flight < self.capacity:
@@ -214,10 +227,13 @@ class Deliverer:
                 return
             self.wake.wait(left)
 
+    def _dispatch_due(self, now: float) -> bool:
+        return self.dispatch_wanted.is_set() and now >= self._last_dispatch + DISPATCH_GAP
+
     def dispatch(self, batch: int = DISPATCH_BATCH) -> bool:
         """Turn committed events (at most `batch` per endpoint) into deliveries for every enabled endpoint; True when
         a batch was full."""
-        rows = queries.dispatch_events(self.engine, batch=batch, backlog=DISPATCH_BACKLOG)
+        rows = queries.dispatch_events(self.engine, batch=batch, backlog=DISPATCH_BACKLOG, by=self.worker_id)
         return any(row.scanned >= batch for row in rows)
 
     def claim(self, free: int) -> int:
