@@ -150,6 +150,26 @@ def test_410_disables_the_endpoint_and_nothing_more_is_sent_to_it(db, settings):
     assert {r["status"] for r in deliveries(db, endpoint_id).values()} == {"queued"}
 
 
+def test_a_410_is_not_posted_again_while_its_endpoint_is_being_disabled(db, settings, monkeypatch):
+    """The 410's delivery goes back to the queue as a retry (0.1 s here) before the recorder disables its endpoint;
+    the recorder is another thread than the claims, so no claim runs until that is done: held here for a second
+    (a busy machine), the retry is due long before the endpoint is disabled, and still it is not POSTed again."""
+    real_disable = queries.disable_endpoints
+
+    def slow_disable(*args, **kwargs):
+        time.sleep(1.0)
+        return real_disable(*args, **kwargs)
+
+    monkeypatch.setattr(queries, "disable_endpoints", slow_disable)
+    with serve_receiver(Receiver(secrets=[], answer=lambda _id, _tries: 410)) as receiver:
+        endpoint_id, _ = add_endpoint(db, receiver.url)
+        add_events(db, 1)
+        with running_worker(push_settings(settings)) as worker:
+            wait_for(lambda: endpoint(db, endpoint_id)["state"] == "disabled", what="the endpoint disabled")
+            rounds_pass(worker, 5)
+    assert len(receiver.received) == 1
+
+
 def test_an_endpoint_failing_for_n_days_is_disabled_and_a_success_clears_failing_since(db, settings):
     with serve_receiver(Receiver(secrets=[], answer=lambda _id, _tries: 500)) as failing, \
             serve_receiver(Receiver(secrets=[])) as healthy:
@@ -371,15 +391,17 @@ def test_a_replayed_failed_delivery_gets_the_whole_schedule_again(db, settings):
 
 def test_a_dispatch_by_another_worker_wakes_an_idle_worker_to_claim(db, settings):
     """A worker that found nothing to claim does not sleep until its next poll (here a minute away) while another
-    worker dispatches: the dispatch's NOTIFY wa_outbox_deliveries wakes it to claim."""
+    worker dispatches: the dispatch's NOTIFY wa_outbox_deliveries wakes it to claim. (Its own dispatch is switched
+    off: woken when its listener connects, it could otherwise dispatch the events itself.)"""
     engine = wa_db.create_engine(settings.database_url, pool_size=1, isolation_level="AUTOCOMMIT")
     try:
         with serve_receiver(Receiver(secrets=[])) as receiver:
             endpoint_id, _ = add_endpoint(db, receiver.url)
             with running_worker(push_settings(settings, poll_interval=60.0)) as worker:
+                worker.deliverer.dispatch = lambda batch=0: False  # this worker dispatches nothing: another does
                 wait_for(lambda: worker.listening.is_set() and worker.deliverer.rounds >= 1,
                          what="the worker listening, its first round done")
-                add_events(db, 3, notify=False)  # no wake-up for its own dispatch: it polls in a minute
+                add_events(db, 3, notify=False)
                 # another worker's dispatch (the first that moves the cursor: the horizon may hold it a moment)
                 wait_for(lambda: queries.dispatch_events(engine, batch=10, backlog=10), what="a dispatch")
                 wait_for(all_delivered(db, endpoint_id, 3), timeout=20.0, what="3 deliveries, well before the poll")

@@ -116,6 +116,7 @@ class Deliverer:
         # since the loop's last round: deliveries ended (their threads free) + batches recorded (which may have woken
         # ordered deliveries behind them): a claim may find more
         self._progress = 0
+        self._gone_pending = 0  # 410 answers not yet recorded (and their endpoints disabled): no claim meanwhile
         self.rounds = 0                        # loop rounds done (a signal for tests)
         self.yielded_rounds = 0                # ... of which while yielding to the sends
         self._next_yield_round = 0.0           # time.monotonic() of the next round while yielding
@@ -178,7 +179,9 @@ class Deliverer:
                 in_flight = self.in_flight
                 # yielding: no deliveries claimed ahead, a round's worth at most
                 free = (self.concurrency if yielding else self.capacity) - in_flight
-                if free >= min_claim or (free > 0 and in_flight == 0):
+                # Not while a 410 waits for its record: the delivery goes back to the queue as a retry before its
+                # endpoint is disabled, and a claim in between (the recorder is another thread) would POST it again.
+                if not self._gone_pending and (free >= min_claim or (free > 0 and in_flight == 0)):
                     claimed = self.claim(free)
                     # A quarter of a dispatch batch claimed since the last dispatch: dispatch again before the due
                     # deliveries run out (the dispatch's back-pressure keeps them within DISPATCH_BACKLOG), not
@@ -275,7 +278,11 @@ class Deliverer:
         except Exception as exc:  # a bug of ours: recorded as a failed attempt, retried
             log.exception("delivery %s crashed", row.id)
             result = PushResult(error=f"delivery crashed: {type(exc).__name__}: {exc}"[:500])
-        self._outcomes.put((row, result, self._outcome(row, result)))
+        outcome = self._outcome(row, result)
+        if outcome["verdict"] == Verdict.GONE:
+            with self._lock:
+                self._gone_pending += 1
+        self._outcomes.put((row, result, outcome))
         with self._lock:
             self._posting[row.endpoint_id] -= 1
             self._held[row.endpoint_id] -= 1
@@ -373,14 +380,20 @@ class Deliverer:
             raise
         disable = {entry["endpoint_id"]: DisabledReason.GONE for _, _, entry in batch
                    if entry["verdict"] == Verdict.GONE}
-        for endpoint in failing:
-            if endpoint.endpoint_id not in disable and self.policy.failing_too_long(endpoint.failing_since,
-                                                                                     endpoint.now):
-                disable[endpoint.endpoint_id] = DisabledReason.FAILING
-        if disable:
-            self._disable(disable)
-        for row, result, entry in batch:
-            self._count(row, result, entry)
+        try:
+            for endpoint in failing:
+                if endpoint.endpoint_id not in disable and self.policy.failing_too_long(endpoint.failing_since,
+                                                                                         endpoint.now):
+                    disable[endpoint.endpoint_id] = DisabledReason.FAILING
+            if disable:
+                self._disable(disable)
+        finally:  # recorded: the claims go on (a disable that failed is made again at the next 410)
+            gone = sum(entry["verdict"] == Verdict.GONE for _, _, entry in batch)
+            if gone:
+                with self._lock:
+                    self._gone_pending -= gone
+            for row, result, entry in batch:
+                self._count(row, result, entry)
 
     def _disable(self, disable: dict[str, DisabledReason]) -> None:
         done = queries.disable_endpoints(self.engine, disabled=json.dumps(
