@@ -321,10 +321,12 @@ def test_a_130429_makes_every_worker_give_back_the_slots_it_holds_for_that_sende
     """Two workers each hold rows waiting for their slots; the next send draws a 130429. The worker that got it
     gives back its rows, and so does the other, told by the pause's NOTIFY: nothing reaches Meta from the throttled
     answer until the pause ends, and every message is then sent exactly once, its given-back attempt not counted.
-    (A 3 s horizon instead of 0.5 s: each worker holds rows for seconds, so the NOTIFY never races a slot.)"""
+    (A 3 s horizon instead of 0.5 s: each worker holds rows for seconds, so the NOTIFY never races a slot. 30
+    messages, 15 s at 2/s: on a loaded machine one worker's claims can pass over the sender the other holds for a
+    while, and with 14 one CI run never saw both holding rows at once.)"""
     monkeypatch.setattr("wa_outbox.worker._sender.SLOT_HORIZON", 3.0)
     assert run("ratelimit", "set", SENDER, "--mps", "2").exit_code == 0
-    ids = queue(db, 14)
+    ids = queue(db, 30)
     s = worker_settings(settings, sim.base_url)
     with running_worker(s), running_worker(s):
         # Both hold rows (the second claims once the first one's schedule is half a horizon from its end).
