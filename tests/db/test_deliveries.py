@@ -405,7 +405,7 @@ def test_a_dispatch_by_another_worker_wakes_an_idle_worker_to_claim(db, settings
                 # another worker's dispatch (the first that moves the cursor: the horizon may hold it a moment)
                 wait_for(lambda: queries.dispatch_events(engine, batch=10, backlog=10), what="a dispatch")
                 wait_for(all_delivered(db, endpoint_id, 3), timeout=20.0, what="3 deliveries, well before the poll")
-        assert len(receiver.delivered()) == 3
+        assert len(set(receiver.ids())) == 3  # at least once: each of the 3 events
     finally:
         engine.dispose()
 

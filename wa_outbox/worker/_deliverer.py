@@ -199,17 +199,21 @@ class Deliverer:
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): wait, then go on
                 failures += 1
-                delay = backoff_seconds(failures, base=self.settings.poll_interval,
-                                        cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
-                log.warning("deliveries round failed (%d in a row), next try in %.1f s: %s", failures, delay,
-                            scrub(one_line(exc), self.settings.database_url))
-                stopping.wait(delay)
+                self._back_off(stopping, "deliveries round", failures, exc)
                 continue
             finally:
                 self.rounds += 1
             if not busy:
                 self._idle(stopping, min_claim)
         self.drain(self.settings.shutdown_grace, recorder)
+
+    def _back_off(self, stopping: threading.Event, what: str, failures: int, exc: Exception) -> None:
+        """After the `failures`-th failure in a row of the loop or the recorder: one log line, then a capped wait."""
+        delay = backoff_seconds(failures, base=self.settings.poll_interval,
+                                cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
+        log.warning("%s failed (%d in a row), next try in %.1f s: %s", what, failures, delay,
+                    scrub(one_line(exc), self.settings.database_url))
+        stopping.wait(delay)
 
     def _idle(self, stopping: threading.Event, min_claim: int) -> None:
         """Wait up to a poll interval: until events are written, deliveries are dispatched (NOTIFY) while there is
@@ -348,11 +352,7 @@ class Deliverer:
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the database is away (or a bug): the batch waits, then again
                 failures += 1
-                delay = backoff_seconds(failures, base=self.settings.poll_interval,
-                                        cap=max(self.settings.poll_interval, FAILURE_BACKOFF_CAP))
-                log.warning("recording deliveries failed (%d in a row), next try in %.1f s: %s", failures, delay,
-                            scrub(one_line(exc), self.settings.database_url))
-                stopping.wait(delay)
+                self._back_off(stopping, "recording deliveries", failures, exc)
                 continue
             with self._lock:
                 self._progress += 1
