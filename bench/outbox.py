@@ -58,6 +58,7 @@ from wa_outbox.config import Settings, normalize_database_url  # noqa: E402
 from wa_outbox.db import embedded_database_url  # noqa: E402
 from wa_outbox.enqueue import batch_json  # noqa: E402
 from wa_outbox.worker import Worker  # noqa: E402
+from wa_outbox.worker._priority import lower_priority  # noqa: E402
 
 SENDER = "100000000000001"
 TOKEN = "bench-token"
@@ -288,7 +289,9 @@ def wa_fill(url: str, items: list[dict]) -> None:
 
 
 def _run_worker(settings: Settings, start: Any, stop: Any) -> None:
-    """One worker process: imports and set-up first, then the start barrier, then work until `stop` is set."""
+    """One worker process: imports and set-up first, then the start barrier, then work until `stop` is set. At the
+    worker's niceness, as `wa-outbox worker` runs (WA_OUTBOX_WORKER_NICE)."""
+    lower_priority(settings.worker_nice)
     worker = Worker(settings)
     start.wait()
     threading.Thread(target=lambda: (stop.wait(), worker.stop()), daemon=True).start()

@@ -159,6 +159,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _niceness(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 19:
+        raise ValueError
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -282,6 +289,7 @@ class Settings:
     data_dir: str = ".wa-outbox"
     # worker
     worker_concurrency: int = 16          # sends in flight per worker process (threads)
+    worker_nice: int = 10                 # the worker's niceness: the web, at 0, comes first (worker/_priority.py)
     poll_interval: float = 1.0            # seconds between polls when no NOTIFY arrives
     listen: bool = True                   # False: no LISTEN, polling only (PgBouncer in transaction mode)
     lease_seconds: float = 60.0           # a claimed row belongs to its worker this long
@@ -361,6 +369,8 @@ class Settings:
             data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
             worker_concurrency=_parse(env, "WA_OUTBOX_WORKER_CONCURRENCY", 16, _positive_int,
                                       "a positive number of concurrent sends"),
+            worker_nice=_parse(env, "WA_OUTBOX_WORKER_NICE", 10, _niceness,
+                               "a niceness from 0 to 19 (0: the web's priority; default 10)"),
             poll_interval=_parse(env, "WA_OUTBOX_POLL_INTERVAL", 1.0, _positive_float, "seconds, e.g. 1.0"),
             listen=_parse(env, "WA_OUTBOX_LISTEN", True, _bool,
                           "true or false (false behind PgBouncer in transaction mode: polling only)"),

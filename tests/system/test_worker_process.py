@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import APP_SECRET
 from tests.live import SENDER, running_worker, wait_for, worker_settings
 from wa_outbox.enqueue import enqueue
@@ -139,3 +141,34 @@ def test_worker_refuses_to_start_on_bad_configuration(database_url):
     output = proc.communicate(timeout=30)[0]
     assert proc.returncode != 0
     assert "WA_OUTBOX_LEASE_SECONDS=5 must exceed" in output and "Traceback" not in output
+
+
+def niceness(pid: int | str, task: int | str | None = None) -> int:
+    """A process's (or one of its threads') niceness, field 19 of its stat file."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    with open(path) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def worker_threads_niceness(proc: subprocess.Popen) -> set[int]:
+    """The niceness of each thread of a worker process, once it is running (its heartbeat written)."""
+    return {niceness(proc.pid, task) for task in os.listdir(f"/proc/{proc.pid}/task")}
+
+
+def test_the_worker_runs_below_the_web_at_niceness_10_and_at_the_niceness_asked_for(database_url, db, sim):
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads each thread's niceness from /proc (Linux)")
+    own = niceness("self")
+    for asked, expected in ((None, max(own, 10)), ("0", own), ("15", max(own, 15))):
+        env = {} if asked is None else {"WA_OUTBOX_WORKER_NICE": asked}
+        proc = start_worker_process(database_url, sim.base_url, **env)
+        try:
+            wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] == 1,
+                     what="the worker's heartbeat")
+            threads = worker_threads_niceness(proc)
+            assert len(os.listdir(f"/proc/{proc.pid}/task")) > 1  # its threads started, and inherited it
+            assert threads == {expected}, (asked, threads)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            output = proc.communicate(timeout=30)[0]
+        assert proc.returncode == 0, output

@@ -35,6 +35,8 @@ def test_secrets_are_not_in_repr():
     ("WHATSAPP_PHONE_NUMBER_ID", "+1 555", "WHATSAPP_PHONE_NUMBER_ID"),
     ("WA_OUTBOX_API_TOKENS", "short", "at least 16 characters"),
     ("WA_OUTBOX_WEBHOOK_MAX_BYTES", "0", "WA_OUTBOX_WEBHOOK_MAX_BYTES"),
+    ("WA_OUTBOX_WORKER_NICE", "20", "a niceness from 0 to 19"),
+    ("WA_OUTBOX_WORKER_NICE", "-5", "a niceness from 0 to 19"),
 ])
 def test_malformed_values_name_the_variable(name, value, fragment):
     with pytest.raises(ConfigError) as info:

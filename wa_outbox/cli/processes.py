@@ -46,11 +46,13 @@ def worker() -> None:
     A database that cannot be reached, or is not migrated yet (the release phase still running), is waited for with
     capped exponential backoff, one log line per attempt; SIGTERM or SIGINT while waiting exits 0 at once."""
     from ..worker import Worker, wait_until_ready
+    from ..worker._priority import lower_priority
     settings = _settings(service=True)
     try:  # all but the credentials, which may be registered senders: asked once the database answers
         settings.require_worker(senders_registered=True)
     except ConfigError as exc:
         raise ConfigurationError(exc) from None
+    lower_priority(settings.worker_nice)  # before any thread starts: the threads inherit it
     stopping = threading.Event()
     running: list[Worker] = []
 
