@@ -18,8 +18,8 @@ On real Postgres (DATABASE_URL, else the embedded one), in a scratch database (c
 - ingest: bench/webhooks.py's way (gunicorn with the service's settings, wrk with signed bodies, 1 update per POST,
   20 % redeliveries) while one worker process processes the inbound events (and delivers their message.received
   events), with no endpoint and then with two subscribed. Goal: >= 0.9 of the ingest without. The worker runs at its
-  niceness, as `wa-outbox worker` does (WA_OUTBOX_WORKER_NICE, 10: the web comes first), so what it could not deliver
-  during the ingest it delivers after: the seconds from the last POST until every event was delivered are reported.
+  niceness, as `wa-outbox worker` does (WA_OUTBOX_WORKER_NICE, 0 unless set); what it did not deliver during the
+  ingest it delivers after: the seconds from the last POST until every event was delivered are reported.
 Every figure sits beside its reference measured minutes apart on the same machine: compare the ratios.
 """
 

@@ -289,7 +289,7 @@ class Settings:
     data_dir: str = ".wa-outbox"
     # worker
     worker_concurrency: int = 16          # sends in flight per worker process (threads)
-    worker_nice: int = 10                 # the worker's niceness: the web, at 0, comes first (worker/_priority.py)
+    worker_nice: int = 0                  # the worker's niceness; 10: the web first on shared CPUs (_priority.py)
     poll_interval: float = 1.0            # seconds between polls when no NOTIFY arrives
     listen: bool = True                   # False: no LISTEN, polling only (PgBouncer in transaction mode)
     lease_seconds: float = 60.0           # a claimed row belongs to its worker this long
@@ -369,8 +369,8 @@ class Settings:
             data_dir=env.get("WA_OUTBOX_DATA_DIR", "").strip() or ".wa-outbox",
             worker_concurrency=_parse(env, "WA_OUTBOX_WORKER_CONCURRENCY", 16, _positive_int,
                                       "a positive number of concurrent sends"),
-            worker_nice=_parse(env, "WA_OUTBOX_WORKER_NICE", 10, _niceness,
-                               "a niceness from 0 to 19 (0: the web's priority; default 10)"),
+            worker_nice=_parse(env, "WA_OUTBOX_WORKER_NICE", 0, _niceness,
+                               "a niceness from 0 to 19 (0, the default: the web's priority)"),
             poll_interval=_parse(env, "WA_OUTBOX_POLL_INTERVAL", 1.0, _positive_float, "seconds, e.g. 1.0"),
             listen=_parse(env, "WA_OUTBOX_LISTEN", True, _bool,
                           "true or false (false behind PgBouncer in transaction mode: polling only)"),
