@@ -450,8 +450,8 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
         with psycopg.connect(url, autocommit=True) as conn:
             events = conn.execute("SELECT count(*) FROM wa_outbox.events").fetchone()[0]
             delivered = conn.execute(DELIVERED).fetchone()[0]
-            # The worker yields the CPU to the web (WA_OUTBOX_WORKER_NICE): what it did not deliver during the
-            # ingest it delivers after. How long after is the price, reported beside the ingest's figure.
+            # What the worker did not deliver during the ingest it delivers after (the more, the higher its
+            # WA_OUTBOX_WORKER_NICE): how long after is reported beside the ingest's figure.
             lag = None
             if endpoints:
                 wait_until(conn, UNDELIVERED, lambda p: p == 0, 300, "the ingest's deliveries")

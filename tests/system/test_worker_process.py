@@ -169,9 +169,10 @@ def test_the_worker_runs_at_the_niceness_asked_for_and_never_above_its_own(datab
         env = {} if asked is None else {"WA_OUTBOX_WORKER_NICE": asked}
         proc = start_worker_process(database_url, sim.base_url, **env)
         try:
-            # running: its heartbeat written and its threads started (they inherit the main thread's niceness)
-            wait_for(lambda running=proc: db.execute("SELECT count(*) FROM wa_outbox.workers").fetchone()[0] == 1
-                     and len(os.listdir(f"/proc/{running.pid}/task")) > 4, what="the worker running, with its threads")
+            # running, its threads started (after the niceness is set: they inherit the main thread's)
+            wait_for(lambda running=proc: running.poll() is not None
+                     or len(os.listdir(f"/proc/{running.pid}/task")) > 4, what="the worker running, with its threads")
+            assert proc.poll() is None, proc.communicate()[0]
             threads = worker_threads_niceness(proc)
             assert threads == {expected}, (asked, threads)
         finally:

@@ -13,21 +13,9 @@ from __future__ import annotations
 import os
 
 
-def _tasks() -> list[int]:
-    """This process's threads: on Linux each has its own niceness (and a new thread starts with its creator's)."""
-    try:
-        return [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
-
-
-def lower_priority(niceness: int) -> int:
-    """Raise every thread's niceness to at least `niceness`, never lower it (that needs privileges, and a worker
-    started under `nice -n 15` stays there); return the main thread's. Call it before the worker starts threads."""
-    for task in _tasks():
-        try:
-            if os.getpriority(os.PRIO_PROCESS, task) < niceness:
-                os.setpriority(os.PRIO_PROCESS, task, niceness)
-        except OSError:  # a thread that ended since the listing, or a platform that refuses: the others still apply
-            continue
-    return os.getpriority(os.PRIO_PROCESS, 0)
+def lower_priority(niceness: int) -> None:
+    """Raise this thread's niceness to at least `niceness`, never lower it (that needs privileges, and a worker
+    started under `nice -n 15` stays there). On Linux a niceness is per thread and a new thread starts with its
+    creator's: called first thing in a worker process, before any thread starts, it is the whole worker's."""
+    if os.getpriority(os.PRIO_PROCESS, 0) < niceness:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
