@@ -170,8 +170,8 @@ def reference(server: str, messages: int, workers: int, concurrency: int) -> dic
 
 
 def slot_wait_ms(events: list[tuple[str, str, float, float | None]]) -> float:
-    """The mean time from a row's claim to its send slot, in ms: a claimed row holds one of its worker's send threads
-    that long (dry run: then it is done), and a worker claims only for free threads."""
+    """The mean time from a row's claim to its send slot, in ms: a claimed row waits that long in its worker's
+    dispatcher (no send thread held; dry run: then it is done)."""
     waits = [max(0.0, send_at - at) for _, event, at, send_at in events if event == "sending" and send_at is not None]
     return 1000 * sum(waits) / len(waits) if waits else 0.0
 
@@ -299,7 +299,7 @@ def main() -> None:
     print(f"{args.senders:,} senders         {best['rate']:>8,.0f} claimed + recorded/s over the first "
           f"{best['window']:.1f} s ({best['in_window']:,} sent; pacing bounds it after that); ratio {ratio:.2f} "
           f"(goal >= {GOAL_RATIO}); a row waits {best['slot_wait_ms']:.0f} ms on average from its claim to its "
-          "slot, holding a send thread", flush=True)
+          "slot (in the dispatcher, no thread held)", flush=True)
     print(f"  run {mix['seconds']:.1f} s, every other sender done: {mix['finished']}; the big one still holds "
           f"{mix['big_left']:,}; {mix['given_back']} sends given back (woke late for their slot)")
     print(f"first claim           worst {worst:.2f} s, p99 {p99:.2f} s, median {percentile(waits, 0.5):.2f} s"

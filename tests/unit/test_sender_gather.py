@@ -6,7 +6,15 @@ from __future__ import annotations
 import queue
 import threading
 
-from wa_outbox.worker._sender import Sender, drain, gather_first, is_claim_bound, moving_average
+from wa_outbox.worker._sender import (
+    HOLD_FACTOR,
+    Sender,
+    claim_room,
+    drain,
+    gather_first,
+    is_claim_bound,
+    moving_average,
+)
 
 
 def test_gathers_only_when_many_sends_are_in_flight_and_sends_are_quicker_than_claims():
@@ -15,6 +23,18 @@ def test_gathers_only_when_many_sends_are_in_flight_and_sends_are_quicker_than_c
     assert not gather_first(3, 16, send_seconds=0.014, claim_seconds=0.040)   # a trickle: claims stay on time
     assert not gather_first(48, 16, send_seconds=None, claim_seconds=0.040)   # nothing measured yet
     assert not gather_first(48, 16, send_seconds=0.014, claim_seconds=None)
+
+
+def test_a_claim_takes_no_more_than_the_free_threads_and_holds_more_rows_only_while_sends_beat_claims():
+    # sends slower than claims (a real API): a row waiting for its slot counts as a thread, as it always did
+    assert claim_room(32, sending=0, holding=0, send_seconds=0.2, claim_seconds=0.02) == 32
+    assert claim_room(32, sending=10, holding=30, send_seconds=0.2, claim_seconds=0.02) == 2
+    assert claim_room(32, sending=0, holding=0, send_seconds=None, claim_seconds=None) == 32  # nothing measured yet
+    # sends quicker than claims (a dry run, a fast API): rows waiting for their slots hold no thread
+    assert claim_room(32, sending=10, holding=30, send_seconds=0.001, claim_seconds=0.02) == 22
+    assert claim_room(32, sending=0, holding=32 * HOLD_FACTOR - 5, send_seconds=0.001, claim_seconds=0.02) == 5
+    assert claim_room(32, sending=0, holding=32 * HOLD_FACTOR + 3, send_seconds=0.001, claim_seconds=0.02) == 0
+    assert claim_room(32, sending=40, holding=40, send_seconds=0.001, claim_seconds=0.02) == 0  # never below 0
 
 
 def test_moving_average_starts_at_the_first_value_and_follows():
@@ -28,7 +48,7 @@ class _Counter(Sender):
     def __init__(self, in_flight: int):  # no database, no transport: _gather needs neither
         self.wake = threading.Event()
         self._lock = threading.Lock()
-        self._in_flight = in_flight
+        self._in_flight = self._sending = in_flight
 
 
 def test_gather_returns_when_the_last_send_in_flight_ends():
@@ -40,6 +60,7 @@ def test_gather_returns_when_the_last_send_in_flight_ends():
         assert not done.is_set()
         with sender._lock:
             sender._in_flight -= 1
+            sender._sending -= 1
         sender.wake.set()
     assert done.wait(10), "gather still waiting with nothing in flight"
     waiter.join()

@@ -41,10 +41,10 @@ WITH RECURSIVE ahead AS (  -- slots reserved just before (reserve_slots_ahead.sq
     -- The senders with queued rows, in key order from the one after %(after)s round to %(after)s itself (one index
     -- descent each), with the slots each could get now: its grant reserved just before, else its schedule as
     -- reserve_slots() reads it (without a lock: an estimate; the grant below decides). Each may take `share` rows:
-    -- at most %(limit)s / 64, and no more than its slots within 0.1 s (`soon`: a claimed row holds a worker's send
-    -- thread until its slot, so a slow sender's rows would hold threads the others could use). The walk stops once
-    -- the shares fill the batch, so one claim serves many senders and the next goes on from there; a sender with no
-    -- slot soon is passed over and its rows are not read. `held`: the walk took the sender's rate_limits row lock
+    -- at most %(limit)s / 64, and no more than its slots within 0.1 s (`soon`: a claimed row holds one of its worker's
+    -- places until its slot, worker/_sender.py claim_room, so a slow sender's rows would hold places the others could
+    -- use). The walk stops once the shares fill the batch, so one claim serves many senders and the next goes on from
+    -- there; a sender with no slot soon is passed over and its rows are not read. `held`: the walk took the sender's rate_limits row lock
     -- (to the commit): the candidates and the slot reservation below do not take it again.
     SELECT f.sender, f.wrapped, q.slots, sh.share, sh.share, lk.got IS NOT NULL
     FROM (SELECT coalesce(up.sender, (SELECT n.phone_number_id FROM wa_outbox.notifications n

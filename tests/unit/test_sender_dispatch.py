@@ -1,0 +1,93 @@
+"""Claimed rows wait for their send slot without a thread (wa_outbox/worker/_sender.py, the dispatcher): they are
+handed to a send thread just before their slot, and at once when they are to go back unsent (their sender halted,
+the worker stopping). No database: a dry-run Sender, rows built by hand, its outcome queue read directly."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from tests.live import wait_for
+from wa_outbox.config import Settings
+from wa_outbox.queries.senders import Claimed
+from wa_outbox.worker._sender import SLOT_WAKE_EARLY, Sender
+from wa_outbox.worker._transport import DryRunTransport
+
+A, B = "100000000000001", "100000000000002"
+
+
+class Recording(DryRunTransport):
+    """A dry run that notes when each request went (time.time()), by row, and on which thread."""
+
+    def __init__(self) -> None:
+        self.went: dict[str, float] = {}
+        self.threads: set[str] = set()
+
+    def send(self, phone_number_id, body, token=None, not_after=None):
+        self.went[body["biz_opaque_callback_data"]] = time.time()  # the outbox id
+        self.threads.add(threading.current_thread().name)
+        return super().send(phone_number_id, body, token, not_after)
+
+
+def rows(sender: str, first_id: int, send_at: list[float]) -> list[Claimed]:
+    return [Claimed(id=first_id + i, phone_number_id=sender, recipient=f"5511900000{first_id + i:03d}",
+                    message={"type": "text", "text": {"body": "x"}},
+                    attempts=1, max_attempts=None, correlation_id=None, send_at=at)
+            for i, at in enumerate(send_at)]
+
+
+@pytest.fixture
+def sender():
+    settings = dataclasses.replace(Settings.from_env({}), dry_run=True, worker_concurrency=2)
+    transport = Recording()
+    me = Sender(engine=None, transport=transport, settings=settings, worker_id="w",
+                policy=settings.retry_policy())
+    yield me, transport
+    me.drain(0)
+
+
+def outcomes(me: Sender, n: int) -> list[tuple]:
+    got: list[tuple] = []
+    wait_for(lambda: got.extend(me._outcomes.get_nowait() for _ in range(me._outcomes.qsize())) or len(got) >= n,
+             timeout=30, what=f"{n} outcomes")
+    return got
+
+
+def test_rows_waiting_for_their_slots_hold_no_send_thread_and_each_goes_at_its_slot(sender):
+    me, transport = sender
+    now = time.time()
+    slots = [now + 3 + 0.05 * i for i in range(6)]  # three times the threads, all due in the same 0.3 s
+    me._start_all(rows(A, 1, slots), time.monotonic())
+    assert me.in_flight == 6
+    assert me.sending == 0, "a row waiting for its slot took a send thread"
+    got = outcomes(me, 6)
+    assert sorted(entry["status"] for _, _, entry in got) == ["sent"] * 6
+    for row in rows(A, 1, slots):  # never before its slot (less the thread's early wake-up)
+        assert transport.went[str(row.id)] >= row.send_at - SLOT_WAKE_EARLY - 0.001
+    assert len(transport.threads) <= 2
+    wait_for(lambda: me.in_flight == 0 and me.sending == 0, what="nothing held after the outcomes")
+
+
+def test_a_halted_senders_waiting_rows_go_back_at_once_and_the_others_wait_on(sender):
+    me, transport = sender
+    later = time.time() + 60
+    me._start_all(rows(A, 1, [later] * 3) + rows(B, 11, [later] * 2), time.monotonic())
+    me._halt(A, 5.0)  # throttled: its rows go back now, not at their slots a minute away
+    got = outcomes(me, 3)
+    assert sorted(row.id for row, _, _ in got) == [1, 2, 3]
+    assert all(decision is None and "throttled or paused" in entry["detail"]["reason"] for _, decision, entry in got)
+    assert not transport.went
+    wait_for(lambda: me.in_flight == 2, what="B's two rows still held")
+    assert me.sending == 0
+
+
+def test_a_stopping_worker_gives_back_the_rows_still_waiting_for_their_slots(sender):
+    me, transport = sender
+    me._start_all(rows(A, 1, [time.time() + 60] * 4), time.monotonic())
+    assert me.drain(20) == 0
+    got = outcomes(me, 4)
+    assert all(decision is None and "stopped" in entry["detail"]["reason"] for _, decision, entry in got)
+    assert not transport.went
