@@ -2,6 +2,7 @@
 
 Threads of one worker:
 - main: the producer — claims due messages into free send slots (`_sender.py`);
+- dispatcher: holds claimed rows until just before their send slot, then hands each to a send thread (`_sender.py`);
 - send-N: the sends, through one pooled HTTP session (`_transport.py`), judged by `_classify.py`;
 - recorder: writes outcomes back in batches (`_sender.py`);
 - listener: LISTEN wa_outbox_notifications, so an enqueue wakes the producer at once (polling is the fallback, and
