@@ -95,8 +95,9 @@ def test_paused_after_the_10th_send_holds_990_approved_sends_them_in_order_disab
     import_campaign(run, tmp_path, "spring", 0, 1000)
     ids = [i for (i,) in db.execute("SELECT id FROM wa_outbox.notifications ORDER BY id")]
     assert len(ids) == 1000
-    # One send thread: the refused send and the hold it causes come before the next claim (a pool of threads may
-    # have more sends of it on the wire when the refusal comes back; their rows waiting for a slot go back unsent).
+    # One send thread: no other send of it is on the wire when the refusal comes back (a pool of threads may have
+    # more). The worker may hold one more row than its thread (claim_room: the next one claimed while this one waits
+    # for its slot): that row goes back unsent, at its claim or before its slot, never to Meta.
     settings = worker_settings(keyed, tsim.base_url, worker_concurrency=1, rate_limit_mps=1000)
     with running_worker(settings):
         wait_for(lambda: counts(db, "hold_reason = 'template_paused'").get("queued") == 990, timeout=WAIT,
@@ -111,13 +112,14 @@ def test_paused_after_the_10th_send_holds_990_approved_sends_them_in_order_disab
         held = db.execute("SELECT min(attempts), max(attempts), bool_and(next_attempt_at = 'infinity') "
                           "FROM wa_outbox.notifications WHERE hold_reason = 'template_paused'").fetchone()
         assert held == (0, 0, True)  # no attempt spent (the refused one's given back), out of the claim's reach
-        [(refused_id,)] = db.execute(  # the 11th: claimed, refused, held with the rest
+        claimed_then_held = [i for (i,) in db.execute(  # the 11th: claimed, refused, held with the rest
             "SELECT DISTINCT notification_id FROM wa_outbox.notification_events WHERE event = 'sending' "
             "AND notification_id IN (SELECT notification_id FROM wa_outbox.notification_events "
-            "WHERE event = 'template_held')").fetchall()
-        assert refused_id == ids[10]
+            "WHERE event = 'template_held') ORDER BY 1")]
+        # (and perhaps the 12th, claimed while the 11th waited for its slot, taken back unsent: refused() is 1)
+        assert claimed_then_held in ([ids[10]], [ids[10], ids[11]]), claimed_then_held
         timeline = [e for (e,) in db.execute("SELECT event FROM wa_outbox.notification_events "
-                                             "WHERE notification_id = %s ORDER BY id", (refused_id,))]
+                                             "WHERE notification_id = %s ORDER BY id", (ids[10],))]
         assert timeline == ["queued", "sending", "template_held"]
         assert db.execute("SELECT status FROM wa_outbox.campaigns WHERE name = 'spring'").fetchone() == ("active",)
 

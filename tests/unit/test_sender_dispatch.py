@@ -24,10 +24,12 @@ class Recording(DryRunTransport):
 
     def __init__(self) -> None:
         self.went: dict[str, float] = {}
+        self.order: list[str] = []
         self.threads: set[str] = set()
 
     def send(self, phone_number_id, body, token=None, not_after=None):
         self.went[body["biz_opaque_callback_data"]] = time.time()  # the outbox id
+        self.order.append(body["biz_opaque_callback_data"])
         self.threads.add(threading.current_thread().name)
         return super().send(phone_number_id, body, token, not_after)
 
@@ -39,9 +41,9 @@ def rows(sender: str, first_id: int, send_at: list[float]) -> list[Claimed]:
             for i, at in enumerate(send_at)]
 
 
-@pytest.fixture
-def sender():
-    settings = dataclasses.replace(Settings.from_env({}), dry_run=True, worker_concurrency=2)
+@pytest.fixture(params=[2])
+def sender(request):
+    settings = dataclasses.replace(Settings.from_env({}), dry_run=True, worker_concurrency=request.param)
     transport = Recording()
     me = Sender(engine=None, transport=transport, settings=settings, worker_id="w",
                 policy=settings.retry_policy())
@@ -91,3 +93,18 @@ def test_a_stopping_worker_gives_back_the_rows_still_waiting_for_their_slots(sen
     got = outcomes(me, 4)
     assert all(decision is None and "stopped" in entry["detail"]["reason"] for _, decision, entry in got)
     assert not transport.went
+
+
+@pytest.mark.parametrize("sender", [1], indirect=True)
+def test_a_row_due_at_once_never_overtakes_a_waiting_row_whose_time_has_come(sender):
+    """One send thread, so the sends go in the order the rows were handed over: a row whose hand-over time has come
+    while the dispatcher has not yet woken (a busy machine) still goes before a row claimed later and due at once."""
+    me, transport = sender
+    [waiting] = rows(A, 1, [time.time() + 1])
+    with me._slots:  # as if the dispatcher were late: its hand-over time passed a second ago
+        me._waiting.append((time.monotonic() - 1, 0, waiting, time.monotonic()))
+    with me._lock:
+        me._in_flight += 1
+    me._start_all(rows(A, 2, [None]), time.monotonic())  # no slot: due at once
+    outcomes(me, 2)
+    assert transport.order == ["1", "2"]

@@ -523,27 +523,37 @@ class Sender:
 
     def _start_all(self, rows: list[Claimed], claim_started: float) -> None:
         """Hold the claimed rows: each goes to a send thread at once when its slot is near (or it has none, or a file
-        to upload first, before its slot), else waits in the dispatcher's heap without a thread."""
+        to upload first, before its slot), else waits in the dispatcher's heap without a thread. Rows go to the send
+        threads in the order of their slots: waiting rows whose time has come go first, and every hand-over is made
+        holding _slots (the dispatcher's too), so a row due at once never overtakes one whose slot came before."""
         if not rows:
             return
         with self._lock:
             self._in_flight += len(rows)
             self._held.update(row.id for row in rows)
-        later: list[tuple[float, Claimed]] = []
-        for row in rows:
-            hand_over = self._hand_over_at(row)
-            if hand_over is None:
-                self._submit(row, claim_started)
-            else:
-                later.append((hand_over, row))
-        if later:
-            with self._slots:
-                for hand_over, row in later:
+        with self._slots:
+            waited = False
+            for _, _, row, started in self._due_now(time.monotonic()):
+                self._submit(row, started)
+            for row in rows:
+                hand_over = self._hand_over_at(row)
+                if hand_over is None:
+                    self._submit(row, claim_started)
+                else:
                     heapq.heappush(self._waiting, (hand_over, next(self._waiting_seq), row, claim_started))
+                    waited = True
+            if waited:
                 self._due.notify()
-            if self._dispatcher is None:  # started with the first row that waits (tests build Senders bare)
-                self._dispatcher = threading.Thread(target=self._dispatch, name="dispatcher", daemon=True)
-                self._dispatcher.start()
+        if waited and self._dispatcher is None:  # started with the first row that waits (tests build Senders bare)
+            self._dispatcher = threading.Thread(target=self._dispatch, name="dispatcher", daemon=True)
+            self._dispatcher.start()
+
+    def _due_now(self, now: float) -> list[tuple[float, int, Claimed, float]]:
+        """Take from the heap the rows whose hand-over time has come, in slot order (call holding _slots)."""
+        due = []
+        while self._waiting and self._waiting[0][0] <= now:
+            due.append(heapq.heappop(self._waiting))
+        return due
 
     def _hand_over_at(self, row: Claimed) -> float | None:
         """When (time.monotonic()) the row goes to a send thread: DISPATCH_AHEAD before the thread's wake-up for its
@@ -567,12 +577,10 @@ class Sender:
     def _dispatch(self) -> None:
         """The dispatcher's thread: hand each waiting row to a send thread at its time; at once every row that would
         be given back unsent (`_give_back_reason`: its sender or template halted, or the worker stopping)."""
-        while True:
-            with self._slots:
-                ready: list[tuple[float, int, Claimed, float]] = []
+        with self._slots:
+            while True:
                 now = time.monotonic()
-                while self._waiting and self._waiting[0][0] <= now:
-                    ready.append(heapq.heappop(self._waiting))
+                ready = self._due_now(now)
                 if self._look_again:
                     self._look_again = False
                     keep: list[tuple[float, int, Claimed, float]] = []
@@ -580,11 +588,10 @@ class Sender:
                         (ready if self._give_back_reason(item[2], item[3]) is not None else keep).append(item)
                     heapq.heapify(keep)
                     self._waiting = keep
+                for _, _, row, claim_started in ready:  # holding _slots: in order with _start_all's hand-overs
+                    self._submit(row, claim_started)
                 if not ready:
                     self._due.wait(self._waiting[0][0] - now if self._waiting else None)
-                    continue
-            for _, _, row, claim_started in ready:
-                self._submit(row, claim_started)
 
     def _wake_waiting(self) -> None:
         """A halt, or stopping: every row waiting for its slot looks again whether it still goes (call holding
