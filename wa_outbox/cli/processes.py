@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..config import DEV_API_TOKEN, ConfigError, redact_url
+from ..stop_signals import on_stop_signal
 from ._common import _record_default_sender, _settings
 from ._errors import ConfigurationError
 from ._supervisor import _run_children
@@ -56,13 +57,12 @@ def worker() -> None:
     stopping = threading.Event()
     running: list[Worker] = []
 
-    def _stop(signum, frame):
+    def _stop(signum: int) -> None:  # on the "signals" thread: the main thread may hold the Events stop() sets
         stopping.set()
         for started in running:
             started.stop()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    on_stop_signal(_stop)
     if not wait_until_ready(settings, stopping, prepare=lambda: _record_default_sender(settings)):
         return
     try:

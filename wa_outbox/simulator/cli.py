@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
 from typing import Any
 
 import click
 
 from .. import logs
+from ..stop_signals import stop_event
 from .server import SimulatorServer
 
 DEV_ACCESS_TOKEN = "dev-access-token"
@@ -84,9 +83,7 @@ def simulator_command(host: str, port: int, webhook_url: str | None, status_dela
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    stop = stop_event()
     try:
         server.start()
     except OSError as exc:
