@@ -116,8 +116,10 @@ def test_paused_after_the_10th_send_holds_990_approved_sends_them_in_order_disab
             "SELECT DISTINCT notification_id FROM wa_outbox.notification_events WHERE event = 'sending' "
             "AND notification_id IN (SELECT notification_id FROM wa_outbox.notification_events "
             "WHERE event = 'template_held') ORDER BY 1")]
-        # (and perhaps the 12th, claimed while the 11th waited for its slot, taken back unsent: refused() is 1)
-        assert claimed_then_held in ([ids[10]], [ids[10], ids[11]]), claimed_then_held
+        # (and perhaps one more, claimed while the 11th waited for its slot, taken back unsent: refused() is 1. Not
+        # always the 12th: rows queued by one statement share their next_attempt_at, and the claim's index gives such
+        # ties in the order of the rows' places in the table, not of their ids: CI once saw the 31st.)
+        assert ids[10] in claimed_then_held and len(claimed_then_held) <= 2, claimed_then_held
         timeline = [e for (e,) in db.execute("SELECT event FROM wa_outbox.notification_events "
                                              "WHERE notification_id = %s ORDER BY id", (ids[10],))]
         assert timeline == ["queued", "sending", "template_held"]
