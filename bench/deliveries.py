@@ -112,6 +112,9 @@ def settings_env(url: str, processes_threads: tuple[int, int] | None = None) -> 
     env = {"DATABASE_URL": url, "WHATSAPP_ACCESS_TOKEN": TOKEN, "WHATSAPP_PHONE_NUMBER_ID": SENDER,
            "WA_OUTBOX_SECRET_KEY": KEY, "WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE": "true", "WA_OUTBOX_RATE_LIMIT_MPS": "1e6",
            "WA_OUTBOX_POLL_INTERVAL": "0.1", "WA_OUTBOX_DRY_RUN": "true", "LOG_LEVEL": "WARNING"}
+    # the priorities `wa-outbox worker` would run at here (WA_OUTBOX_WORKER_NICE, WA_OUTBOX_DELIVERY_NICE), if set
+    env.update({name: os.environ[name] for name in ("WA_OUTBOX_WORKER_NICE", "WA_OUTBOX_DELIVERY_NICE")
+                if os.environ.get(name, "").strip()})
     if processes_threads is not None:
         threads = str(processes_threads[1])
         env.update(WA_OUTBOX_DELIVERY_CONCURRENCY=threads, WA_OUTBOX_DELIVERY_PER_ENDPOINT=threads)

@@ -321,6 +321,7 @@ class Settings:
     delivery_concurrency: int = 8          # deliveries in flight per worker process (their own threads)
     delivery_per_endpoint: int = 4         # of which at most this many to one endpoint (a dead one cannot take all)
     delivery_timeout: float = 15.0         # seconds for an endpoint to answer; past it the attempt failed
+    delivery_nice: int = 10                # the delivery threads' niceness: the web and the sends first (_priority.py)
     delivery_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # seconds before each retry; then the delivery is failed
     endpoint_disable_after_days: float = DEFAULT_DISABLE_AFTER_DAYS  # failing continuously this long: disabled
     endpoints_allow_private: bool = False  # true: http and loopback/private addresses allowed (development, tests)
@@ -413,6 +414,8 @@ class Settings:
             delivery_per_endpoint=_parse(env, "WA_OUTBOX_DELIVERY_PER_ENDPOINT", 4, _positive_int,
                                          "a positive number of concurrent deliveries to one endpoint"),
             delivery_timeout=_parse(env, "WA_OUTBOX_DELIVERY_TIMEOUT", 15.0, _positive_float, "seconds, e.g. 15"),
+            delivery_nice=_parse(env, "WA_OUTBOX_DELIVERY_NICE", 10, _niceness,
+                                 "a niceness from 0 to 19 (10, the default: deliveries after the web and the sends)"),
             delivery_schedule=_parse(env, "WA_OUTBOX_DELIVERY_SCHEDULE", DEFAULT_SCHEDULE, _schedule,
                                      "comma-separated seconds before each retry, e.g. 5,300,1800,7200"),
             endpoint_disable_after_days=_parse(env, "WA_OUTBOX_ENDPOINT_DISABLE_AFTER_DAYS",

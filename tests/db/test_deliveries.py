@@ -4,6 +4,7 @@ every delivery with the Standard Webhooks reference library (tests/endpoint_rows
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import threading
 import time
@@ -472,6 +473,37 @@ def test_deliveries_yield_to_claim_bound_sends_one_round_at_a_time_then_catch_up
             wait_for(all_delivered(db, endpoint_id, 10), what="the other deliveries at full speed")
         assert sorted(r.webhook_id for r in receiver.delivered()) == sorted(
             event_id(seq) for (seq,) in db.execute("SELECT seq FROM wa_outbox.events").fetchall())
+
+
+def test_deliveries_run_at_their_own_niceness_and_the_sends_at_the_workers(db, sender, settings):
+    """WA_OUTBOX_DELIVERY_NICE: on shared, saturated CPUs the web and the sends come first. Linux keeps a niceness per
+    thread: the delivery threads, the deliveries loop and its recorder are lowered; the send threads, the dispatcher
+    and the inbound thread keep the worker's own."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base >= 7:
+        pytest.skip(f"the tests run at niceness {base}: a delivery niceness of 7 would change nothing to see")
+
+    def niceness(thread: threading.Thread) -> int:
+        assert thread.native_id is not None and thread.is_alive(), thread.name
+        return os.getpriority(os.PRIO_PROCESS, thread.native_id)
+
+    with serve_receiver(Receiver(secrets=[])) as receiver:
+        endpoint_id, secret = add_endpoint(db, receiver.url)
+        receiver.secrets.append(secret)
+        add_events(db, 5)
+        ids = [enqueue(db, to=f"+5511987{i:06d}", message=TEXT) for i in range(3)]
+        with running_worker(push_settings(settings, delivery_nice=7)) as worker:
+            wait_for(lambda: db.execute("SELECT count(*) FROM wa_outbox.notifications WHERE id = ANY(%s) AND "
+                                        "status = 'sent'", (ids,)).fetchone()[0] == 3, what="3 sends")
+            wait_for(lambda: len(receiver.delivered()) >= 5 + 3, what="the 5 events and the 3 sends' delivered")
+            named = {t.name: t for t in threading.enumerate()}
+            delivering = [*worker.deliverer._executor._threads, named["deliveries-recorder"],
+                          next(t for t in worker._threads if t.name == "deliveries")]
+            at_the_workers = [*worker.sender._executor._threads,
+                              *(t for t in worker._threads if t.name in ("inbound", "recorder", "maintenance"))]
+            assert worker.deliverer._executor._threads and worker.sender._executor._threads
+            assert {t.name: niceness(t) for t in delivering} == {t.name: 7 for t in delivering}
+            assert {t.name: niceness(t) for t in at_the_workers} == {t.name: base for t in at_the_workers}
 
 
 def test_a_backlog_held_by_the_back_pressure_is_dispatched_as_threads_free_not_once_per_poll(db, settings,

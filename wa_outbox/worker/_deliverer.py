@@ -40,6 +40,7 @@ from ..metrics import DeliveryOutcome, WorkerMetrics
 from ..retry import backoff_seconds
 from ..secret_box import SecretBox
 from ..states import DeliveryStatus
+from ._priority import lower_priority
 from ._push import PushResult, PushTransport, signature_header
 from ._sender import drain as take_batch
 
@@ -109,7 +110,9 @@ class Deliverer:
         self._ready: deque[queries.ClaimedDelivery] = deque()  # claimed, waiting for a thread, in the claim's order
         self._runners = 0                        # delivery threads at work (each takes ready rows until none fits)
         self._outcomes: queue.Queue[tuple[queries.ClaimedDelivery, PushResult, dict]] = queue.Queue()
-        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver")
+        # Deliveries are the worker's background work: its threads run at WA_OUTBOX_DELIVERY_NICE (_priority.py)
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="deliver",
+                                            initializer=lower_priority, initargs=(settings.delivery_nice,))
         self._box: SecretBox | None = None
         self._secrets: dict[bytes, str] = {}  # decrypted secrets by their stored token
         self._rescues = 0
@@ -143,6 +146,9 @@ class Deliverer:
     # --- the loop (its own thread) ---------------------------------------------------------------------------------
 
     def run(self, stopping: threading.Event) -> None:
+        """The loop, on a thread of the worker's own (its niceness is lowered to WA_OUTBOX_DELIVERY_NICE, as the
+        recorder's and the delivery threads')."""
+        lower_priority(self.settings.delivery_nice)
         # Claim in batches: once room for the threads' worth (half the capacity) is free, or nothing is held, so that
         # one claim statement serves many deliveries rather than a few each; the other half, claimed ahead, keeps every
         # thread busy meanwhile. (At half the threads' worth, claims moved 6 deliveries each under webhook ingest, and
@@ -343,6 +349,7 @@ class Deliverer:
     def _record_loop(self, stopping: threading.Event) -> None:
         """Record outcomes in batches as they come, until stop (drain() records the last ones); a record ends
         deliveries and wakes ordered ones behind them, so the loop is woken to claim."""
+        lower_priority(self.settings.delivery_nice)
         failures = 0
         while not stopping.is_set():
             batch = take_batch(self._outcomes, timeout=self.settings.poll_interval, gap=RECORD_GAP,
