@@ -17,9 +17,10 @@ On real Postgres (DATABASE_URL, else the embedded one), in a scratch database (c
   Goal: >= 0.9 of the drain without.
 - ingest: bench/webhooks.py's way (gunicorn with the service's settings, wrk with signed bodies, 1 update per POST,
   20 % redeliveries) while one worker process processes the inbound events (and delivers their message.received
-  events), with no endpoint and then with two subscribed. Goal: >= 0.9 of the ingest without. The worker runs at its
-  niceness, as `wa-outbox worker` does (WA_OUTBOX_WORKER_NICE, 0 unless set); what it did not deliver during the
-  ingest it delivers after: the seconds from the last POST until every event was delivered are reported.
+  events), with no endpoint and then with two subscribed. Goal: >= 0.9 of the ingest without. The worker and its
+  deliveries run at their niceness, as `wa-outbox worker` does (WA_OUTBOX_WORKER_NICE, 0, and
+  WA_OUTBOX_DELIVERY_NICE, 10, unless set here); what the worker did not deliver during the ingest it delivers after:
+  the seconds from the last POST until every event was delivered are reported.
 Every figure sits beside its reference measured minutes apart on the same machine: compare the ratios.
 """
 
@@ -454,7 +455,7 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
             events = conn.execute("SELECT count(*) FROM wa_outbox.events").fetchone()[0]
             delivered = conn.execute(DELIVERED).fetchone()[0]
             # What the worker did not deliver during the ingest it delivers after (the more, the higher its
-            # WA_OUTBOX_WORKER_NICE): how long after is reported beside the ingest's figure.
+            # deliveries' niceness): how long after is reported beside the ingest's figure.
             lag = None
             if endpoints:
                 wait_until(conn, UNDELIVERED, lambda p: p == 0, 300, "the ingest's deliveries")

@@ -11,7 +11,9 @@ Threads of one worker:
 - inbound: drains webhook_events (`_inbound.py`);
 - deliveries: pushes events to endpoints (`_deliverer.py`: dispatch and claim; deliveries-recorder records), with
   deliver-N threads of its own (WA_OUTBOX_DELIVERY_CONCURRENCY), woken by LISTEN wa_outbox_events (events to
-  dispatch) and wa_outbox_deliveries (deliveries dispatched, by any worker, to claim);
+  dispatch) and wa_outbox_deliveries (deliveries dispatched, by any worker, to claim); all of them at
+  WA_OUTBOX_DELIVERY_NICE (`_priority.py`): the worker's background work;
+- signals: turns SIGTERM and SIGINT into stop() (`stop_signals.py`);
 - maintenance: heartbeat, rescuer, reconciler, every few seconds.
 Any number of workers may run on any number of machines: every claim is FOR UPDATE SKIP LOCKED and every recovery
 is guarded, so no leader is needed.
