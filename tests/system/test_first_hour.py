@@ -127,3 +127,14 @@ def test_make_run_takes_its_ports():
     plain = subprocess.run(["make", "-n", "run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert [line.split() for line in plain.stdout.splitlines() if "wa-outbox dev" in line] == [
         [".venv/bin/wa-outbox", "dev"]]
+
+
+def test_ctrl_c_right_after_the_banner_stops_everything_cleanly(tmp_path):
+    # The banner says Ctrl-C stops everything: from its first line on, a SIGINT stops the children (before, dev's
+    # handler came after the children's start, and a Ctrl-C in between interrupted dev itself, leaving them to their
+    # parent-death signal). A child still importing when it comes may print its KeyboardInterrupt: prefixed, its own.
+    with running_dev(tmp_path, embedded_env(tmp_path)) as (proc, lines, _):
+        pass  # SIGINT at once
+    assert proc.returncode == 0, "".join(lines)
+    own = [line for line in lines if " | " not in line[:12]]  # dev's own lines, not a child's ("web    | …")
+    assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in own), "".join(own)

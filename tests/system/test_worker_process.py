@@ -166,7 +166,8 @@ def test_the_worker_runs_at_the_niceness_asked_for_and_never_above_its_own(datab
         pytest.skip("reads each thread's niceness from /proc (Linux)")
     own = niceness("self")
     for asked, expected in ((None, own), ("10", max(own, 10)), ("0", own), ("15", max(own, 15))):
-        env = {} if asked is None else {"WA_OUTBOX_WORKER_NICE": asked}
+        # the deliveries' threads at the worker's own too (WA_OUTBOX_DELIVERY_NICE=0 never raises a niceness)
+        env = {"WA_OUTBOX_DELIVERY_NICE": "0", **({} if asked is None else {"WA_OUTBOX_WORKER_NICE": asked})}
         proc = start_worker_process(database_url, sim.base_url, **env)
         try:
             # running, its threads started (after the niceness is set: they inherit the main thread's)
@@ -179,3 +180,21 @@ def test_the_worker_runs_at_the_niceness_asked_for_and_never_above_its_own(datab
             proc.send_signal(signal.SIGTERM)
             output = proc.communicate(timeout=30)[0]
         assert proc.returncode == 0, output
+
+
+def test_by_default_the_deliveries_threads_run_at_10_and_the_main_thread_at_the_workers_own(database_url, db, sim):
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads each thread's niceness from /proc (Linux)")
+    own = niceness("self")
+    proc = start_worker_process(database_url, sim.base_url)
+    try:
+        # the deliveries' loop lowers itself as it starts, and its recorder with it
+        wait_for(lambda: proc.poll() is not None or max(own, 10) in worker_threads_niceness(proc),
+                 what="the deliveries' threads at niceness 10")
+        assert proc.poll() is None, proc.communicate()[0]
+        assert niceness(proc.pid, str(proc.pid)) == own  # the main thread: claims and sends
+        assert worker_threads_niceness(proc) <= {own, max(own, 10)}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output

@@ -14,7 +14,7 @@ from ..config import DEV_API_TOKEN, ConfigError, redact_url
 from ..stop_signals import on_stop_signal
 from ._common import _record_default_sender, _settings
 from ._errors import ConfigurationError
-from ._supervisor import _run_children
+from ._supervisor import StopRequest, _run_children
 
 # Local-only values `wa-outbox dev` uses for whatever is unset: never for production.
 DEV_DEFAULTS = {
@@ -157,9 +157,10 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                "each verified delivery:")
     click.echo(f"  WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE=true WA_OUTBOX_SECRET_KEY={key} "
                f"wa-outbox events listen --port {port + 100}")
+    stop = StopRequest().install()  # from the banner on, Ctrl-C stops the children (never half-started)
     click.echo("wa-outbox dev: Ctrl-C stops everything")
     sys.stdout.flush()
-    sys.exit(_run_children(children, grace=5.0, stop_signal=signal.SIGINT, prefixed=True))
+    sys.exit(_run_children(children, grace=5.0, stop_signal=signal.SIGINT, prefixed=True, stop=stop))
 
 
 DEV_SECRET_KEY_FILE = "dev-secret-key"
