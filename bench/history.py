@@ -415,7 +415,7 @@ OPS_QUERIES: dict[str, dict[str, Any]] = {
     "ops_unregistered": {"limit": 20},
     "queue_metrics": {},
     "worker_metrics_totals": {},
-    "tables_never_analyzed": {},
+    "tables_to_analyze": {"min_changes": 1000},
 }
 
 

@@ -246,7 +246,7 @@ from .senders import (
     resume_sender,
     return_pair_reservations,
     settle_unknown,
-    tables_never_analyzed,
+    tables_to_analyze,
 )
 from .workers import (
     MetricSeries,
@@ -385,7 +385,7 @@ __all__ = [
     "settle_unknown",
     "steer_campaign",
     "support_role_state",
-    "tables_never_analyzed",
+    "tables_to_analyze",
     "worker_gone",
     "worker_metrics_totals",
     "DeliveryRow",

@@ -205,5 +205,7 @@ def release_stalled_lines(engine: sa.Engine, *, limit: int) -> list[int]:
     return _ids(engine, "release_stalled_lines", {"limit": limit})
 
 
-def tables_never_analyzed(engine: sa.Engine) -> list[str]:
-    return [r["relname"] for r in db.fetch(engine, "tables_never_analyzed")]
+def tables_to_analyze(engine: sa.Engine, *, min_changes: int) -> list[str]:
+    """Queue tables without statistics, or changed by more rows than they held at their last analysis (and by at
+    least `min_changes`): tables_to_analyze.sql."""
+    return [r["relname"] for r in db.fetch(engine, "tables_to_analyze", {"min_changes": min_changes})]

@@ -41,7 +41,7 @@ from ..config import Settings, redact_url, scrub
 from ..logs import one_line
 from ..metrics import WorkerMetrics, worker_families
 from ..retry import backoff_seconds
-from ._analyzer import analyze_if_never
+from ._analyzer import analyze_if_needed
 from ._deliverer import Deliverer
 from ._heartbeat import MetricsFlusher, beat, gone
 from ._inbound import Handler, InboundProcessor, load_handlers
@@ -160,7 +160,7 @@ class Worker:
             self._serve_metrics(self.settings.worker_metrics_port)
         try:
             beat(self.engine, self.worker_id, "running", self._info())
-            analyze_if_never(self.engine)
+            analyze_if_needed(self.engine)
         except Exception as exc:  # noqa: BLE001 - the database went away again: maintenance retries both
             log.warning("start-up heartbeat failed; maintenance will retry: %s", one_line(exc))
         # No listener with WA_OUTBOX_LISTEN=false: through PgBouncer in transaction mode a LISTEN stays on whichever
@@ -320,7 +320,7 @@ class Worker:
                      lambda: release_stalled_lines(self.engine),
                      self.metrics_flusher.flush,  # with the heartbeat, the metrics: one statement, this round's too
                      lambda: self.metrics_flusher.retire(stopping=False),
-                     lambda: analyze_if_never(self.engine)):
+                     lambda: analyze_if_needed(self.engine)):
             try:
                 step()
             except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:  # the database is away: the next round retries
