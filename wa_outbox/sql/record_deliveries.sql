@@ -31,11 +31,14 @@ WITH outcome AS (
     WHERE d.id = o.id AND d.status = 'delivering' AND d.locked_by = %(worker_id)s AND d.attempts = o.attempt
     RETURNING d.id, d.endpoint_id, d.phone_number_id, d.wa_id, d.status
 ), woken AS (  -- ordered: a delivery that ended wakes the next one of its conversation, held since its dispatch
+    -- (only ordered endpoints hold deliveries, and an endpoint's `ordered` never changes: the others' are not looked
+    -- for, a probe of deliveries_conversation per delivery saved)
     UPDATE wa_outbox.deliveries n SET next_attempt_at = now(), updated_at = now()
     FROM (SELECT (SELECT min(x.id) FROM wa_outbox.deliveries x
                   WHERE x.endpoint_id = m.endpoint_id AND x.phone_number_id = m.phone_number_id
                     AND x.wa_id = m.wa_id AND x.status = 'queued' AND x.id > m.id) AS id
-          FROM moved m WHERE m.status IN ('delivered', 'failed')) next
+          FROM moved m JOIN wa_outbox.endpoints e ON e.id = m.endpoint_id AND e.ordered
+          WHERE m.status IN ('delivered', 'failed')) next
     WHERE n.id = next.id AND n.status = 'queued' AND n.next_attempt_at = 'infinity'
 ), per_endpoint AS (
     SELECT endpoint_id, bool_or(status = 'delivered') AS succeeded FROM outcome GROUP BY endpoint_id
