@@ -2,8 +2,8 @@
 ceiling, and what two subscribed endpoints cost the send drain and webhook ingest, each in the same run.
 
     .venv/bin/python bench/deliveries.py [--events 20000] [--messages 20000] [--duration 10] [--setup 2x16]
-                                         [--rounds 1] [--ingest-rounds 8] [--cases push,drain,ingest] [--quick]
-                                         [--json PATH]
+                                         [--push-rounds 3] [--rounds 1] [--ingest-rounds 8]
+                                         [--cases push,drain,ingest] [--quick] [--json PATH]
 
 On real Postgres (DATABASE_URL, else the embedded one), in a scratch database (created and dropped), durable:
 - push: N events written set-based (message.received, a realistic payload), one unordered endpoint subscribed, then
@@ -11,7 +11,8 @@ On real Postgres (DATABASE_URL, else the embedded one), in a scratch database (c
   started and timed until every event is delivered; beside it, as many processes x threads of a bare
   `requests.Session` loop POSTing the same signed bodies (envelope, webhook-id, -timestamp, -signature, prepared
   before the clock starts) to the same receiver. The receiver is the fastest one here: a Node.js `http` server
-  answering 200 `{}` (node, on every machine of this kind), the same process for both. Goal: >= 0.8 of the client.
+  answering 200 `{}` (node, on every machine of this kind), the same process for both; the two alternate
+  `--push-rounds` times on the same events, and the figures are the means. Goal: >= 0.8 of the client.
 - drain: the send drain in dry run (claim, record, timeline and message.status events; no HTTP to Meta), 2 worker
   processes x 128 as bench/outbox.py, with no endpoint and then with two subscribed (every message.status delivered
   to both, by the same workers), alternating `--rounds` times, each drain after VACUUM ANALYZE and a CHECKPOINT.
@@ -71,6 +72,7 @@ PUSH_GOAL, COST_GOAL = 0.8, 0.9
 # Ingest pairs are short (10 s of wrk each) and this machine's speed moves by 10-20 % within minutes: a pair's ratio
 # ranged 0.75-1.2 over one hour (2026-12-06), so the figure is the mean over many pairs, beside their median and range.
 INGEST_ROUNDS = 8
+PUSH_ROUNDS = 3  # the bare client's rate alone moved 2,472-3,186 req/s within ten minutes (2026-12-07)
 RECEIVER_NICE = 19
 KEY = generate_key()
 # The receiver: Node's http module, answering every POST 200 once its body is read; it counts what it answered.
@@ -355,34 +357,50 @@ def push_workers(url: str, n: int, setup: tuple[int, int], spy: bool) -> tuple:
     return rate, attempts, records, before, after, profiled
 
 
-def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool = False) -> dict[str, Any]:
+def push(url: str, receiver: Receiver, n: int, setup: tuple[int, int], spy: bool = False, rounds: int = 1
+         ) -> dict[str, Any]:
     clear(url)
     [secret] = add_endpoints(url, receiver, 1)
     with psycopg.connect(url) as conn:
         conn.execute(FILL_EVENTS, {"sender": SENDER, "n": n})
-    analyze(url)
     bodies = signed_bodies(url, secret)
-    print(f"push: bare requests client, {setup[0]} x {setup[1]} threads, {n:,} signed bodies ...", flush=True)
-    bare, bare_cpu = bare_client(receiver, bodies, setup)
-    print(f"push: {bare:,.0f} req/s ({bare_cpu:.2f} ms of client CPU each); workers, {setup[0]} x {setup[1]} "
-          "delivery threads ...", flush=True)
-    rate, attempts, records, before, after, _ = push_workers(url, n, setup, False)
+    pairs, cpu_totals = [], {"clients": 0.0, "postgres": 0.0}
+    attempts = records = 0
+    for _ in range(rounds):  # each: the bare client, then the workers, on the same events (none delivered yet)
+        forget_deliveries(url)
+        analyze(url)
+        print(f"push: bare requests client, {setup[0]} x {setup[1]} threads, {n:,} signed bodies ...", flush=True)
+        bare, bare_cpu = bare_client(receiver, bodies, setup)
+        print(f"push: {bare:,.0f} req/s ({bare_cpu:.2f} ms of client CPU each); workers, {setup[0]} x {setup[1]} "
+              "delivery threads ...", flush=True)
+        rate, attempts, records, before, after, _ = push_workers(url, n, setup, False)
+        pairs.append((bare, rate, bare_cpu))
+        for k in cpu_totals:
+            cpu_totals[k] += after[k] - before[k]
+        print(f"push: {rate:,.0f} deliveries/s ({rate / bare:.2f} of the bare client); {attempts:,} attempts "
+              f"recorded by {records:,} statements ({attempts / max(1, records):.1f} each)", flush=True)
     profiled: dict[str, float] = {}
-    if spy:  # a second pass, not measured: py-spy takes CPU from the process it samples
-        with psycopg.connect(url) as conn:
-            conn.execute("TRUNCATE wa_outbox.deliveries, wa_outbox.delivery_attempts")
-            conn.execute("UPDATE wa_outbox.endpoints SET cursor_txid = '0', cursor_seq = 0")
+    if spy:  # a last pass, not measured: py-spy takes CPU from the process it samples
+        forget_deliveries(url)
         profiled = push_workers(url, n, setup, True)[5]
-    cpu = {k: round(1000 * (after[k] - before[k]) / n, 3) for k in after}
-    print(f"push: {rate:,.0f} deliveries/s ({rate / bare:.2f} of the bare client); {attempts:,} attempts recorded "
-          f"by {records:,} statements ({attempts / max(1, records):.1f} each); CPU ms per delivery: workers "
-          f"{cpu['clients']}, Postgres {cpu['postgres']}", flush=True)
+    bare = sum(p[0] for p in pairs) / len(pairs)
+    rate = sum(p[1] for p in pairs) / len(pairs)
+    cpu = {k: round(1000 * v / (n * len(pairs)), 3) for k, v in cpu_totals.items()}
+    print(f"push, {len(pairs)} pairs: {rate:,.0f} deliveries/s beside {bare:,.0f} ({rate / bare:.2f} of the bare "
+          f"client); CPU ms per delivery: workers {cpu['clients']}, Postgres {cpu['postgres']}", flush=True)
     for step, share in profiled.items():
         print(f"  {share:5.1f}%  {step}")
     return {"deliveries_per_s": rate, "bare_per_s": bare, "ratio": rate / bare, "events": n, "attempts": attempts,
-            "record_statements": records,
+            "record_statements": records, "pairs": [[round(b), round(r)] for b, r, _ in pairs],
             "cpu_ms_per_delivery": {"workers": cpu["clients"], "postgres": cpu["postgres"]},
-            "bare_cpu_ms_per_request": round(bare_cpu, 3), "profile": profiled}
+            "bare_cpu_ms_per_request": round(sum(p[2] for p in pairs) / len(pairs), 3), "profile": profiled}
+
+
+def forget_deliveries(url: str) -> None:
+    """The events as they were before any delivery: none dispatched, none delivered."""
+    with psycopg.connect(url) as conn:
+        conn.execute("TRUNCATE wa_outbox.deliveries, wa_outbox.delivery_attempts")
+        conn.execute("UPDATE wa_outbox.endpoints SET cursor_txid = '0', cursor_seq = 0, failing_since = NULL")
 
 
 # --- drain: the send drain with two endpoints and without ----------------------------------------------------------
@@ -511,7 +529,10 @@ def results_json(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str,
             tables.append({"title": "Deliveries: where one worker's threads spend the push (py-spy, every thread, "
                                     "% of samples)", "columns": ["step", "%"],
                            "rows": [[k, v] for k, v in p["profile"].items()]})
-        rows.append(headline(f"event deliveries to a local receiver, {args.setup} delivery threads",
+        ratios = sorted(r / b for b, r in p.get("pairs", []) if b)
+        spread = (f" ({len(ratios)} pairs: median {statistics.median(ratios):.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+                  if len(ratios) > 1 else "")
+        rows.append(headline(f"event deliveries to a local receiver, {args.setup} delivery threads{spread}",
                              p["deliveries_per_s"], "deliveries/s", p["bare_per_s"],
                              "bare requests client, same threads, same signed bodies, same receiver", PUSH_GOAL))
     for case, key, unit, what in (("drain", "drain_per_s", "msgs/s", "send drain (dry run), 2 processes x 128"),
@@ -540,6 +561,8 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds of wrk per ingest case (default 10)")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--setup", default="2x16", help="push: worker processes x delivery threads (default 2x16)")
+    parser.add_argument("--push-rounds", type=int, default=PUSH_ROUNDS,
+                        help=f"push: alternations of the bare client and the workers (default {PUSH_ROUNDS})")
     parser.add_argument("--rounds", type=int, default=1, help="drain: alternations of none/two (default 1)")
     parser.add_argument("--ingest-rounds", type=int, default=INGEST_ROUNDS,
                         help=f"ingest: alternations of none/two (default {INGEST_ROUNDS})")
@@ -551,6 +574,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.events, args.messages, args.duration, args.setup, args.ingest_rounds = 2000, 2000, 3, "1x8", 1
+        args.push_rounds = 1
     missing = engine_missing()
     if missing:
         raise SystemExit(f"bench/deliveries.py: nothing to measure: {missing}")
@@ -571,7 +595,8 @@ def main() -> None:
                 conn.execute("INSERT INTO wa_outbox.settings (key, value) VALUES ('default_phone_number_id', %s)",
                              (SENDER,))
             if "push" in cases:
-                figures["push"] = push(url, receiver, args.events, setup, args.profile)  # type: ignore[arg-type]
+                figures["push"] = push(url, receiver, args.events, setup, args.profile,  # type: ignore[arg-type]
+                                       args.push_rounds)
             if "drain" in cases:
                 figures["drain"] = [drain(url, receiver, args.messages, endpoints)
                                     for _ in range(args.rounds) for endpoints in (0, 2)]

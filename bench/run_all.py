@@ -57,7 +57,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("history_distinct", "history.py", ("--shape", "distinct", "--sizes", "0,2000000,10000000"),
           ("--shape", "distinct", "--sizes", "0,20000")),  # issue 22's shape: every recipient its own
     Bench("prune", "prune.py", (), ("--messages", "20000", "--queued", "40000", "--warmup", "1", "--phase", "1")),
-    Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "2"), ("--quick",), tools=("wrk",)),
+    Bench("deliveries", "deliveries.py", ("--profile", "--rounds", "4"), ("--quick",), tools=("wrk",)),
     Bench("media_memory", "media_memory.py", (), ("--mb", "10")),
     Bench("chaos", "chaos.py", ("--n", "10000"), ("--quick",)),
     Bench("capacity", "capacity.py", (), ("--quick",)),
