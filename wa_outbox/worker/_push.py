@@ -14,6 +14,7 @@ delivery. The addresses are checked at every delivery all the same, and a connec
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -54,7 +55,27 @@ def resolve(host: str, port: int) -> list[str]:
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """One Standard Webhooks v1 signature, `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, under a `whsec_…`
     secret, by the specification's reference library (the one its receivers verify with)."""
-    return Webhook(secret).sign(msg_id, datetime.fromtimestamp(timestamp, UTC), body.decode("utf-8"))
+    return _webhook(secret).sign(msg_id, datetime.fromtimestamp(timestamp, UTC), body.decode("utf-8"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _webhook(secret: str) -> Webhook:
+    """The library's signer of `secret` (made once: it decodes the secret), kept as the worker keeps the decrypted
+    secrets themselves (_deliverer.py)."""
+    return Webhook(secret)
+
+
+@functools.lru_cache(maxsize=4096)
+def _target(url: str, allow_private: bool) -> tuple[str | None, str, str, int, str, str]:
+    """What `post` needs of an endpoint's URL, worked out once per URL (it is the same for every delivery): why it is
+    refused (url_problem) or None, the scheme, the host, the port, the path and query, the Host header."""
+    problem = url_problem(url, allow_private=allow_private)
+    if problem:
+        return problem, "", "", 0, "", ""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return None, parts.scheme, parts.hostname or "", port, path, parts.netloc.rsplit("@", 1)[-1]
 
 
 def signature_header(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> str:
@@ -93,12 +114,9 @@ class PushTransport:
         def failed(error: str) -> PushResult:
             return PushResult(error=error[:500], latency_ms=(time.perf_counter() - started) * 1000)
 
-        problem = url_problem(url, allow_private=self.allow_private)
+        problem, scheme, host, port, path, host_header = _target(url, self.allow_private)
         if problem:
             return failed(f"refused: {problem}")
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             addresses = self._resolve(host, port)
         except (OSError, UnicodeError) as exc:
@@ -106,10 +124,8 @@ class PushTransport:
         problem = addresses_problem(addresses, allow_private=self.allow_private)
         if problem:
             return failed(f"refused: {host} resolves to {problem}")
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        all_headers = {**headers, "Host": parts.netloc.rsplit("@", 1)[-1], "User-Agent": USER_AGENT,
-                       "Content-Type": "application/json"}
-        pool = self._pool(parts.scheme, addresses[0], port, host)
+        all_headers = {**headers, "Host": host_header, "User-Agent": USER_AGENT, "Content-Type": "application/json"}
+        pool = self._pool(scheme, addresses[0], port, host)
         try:
             response = pool.urlopen("POST", path, body=body, headers=all_headers, redirect=False, retries=False,
                                     preload_content=False, timeout=self.timeout, assert_same_host=False)
