@@ -6,7 +6,7 @@
 --   meanwhile keeps a plan made for a few rows: the deliveries' record statement probed the whole table for each
 --   outcome (a sequential scan), its cost growing with the table (bench/deliveries.py, autovacuum off). ANALYZE
 --   replaces the statistics and, with them, every cached plan that read them. Autovacuum's own threshold (50 rows
---   and 2 % of the table, these tables' autovacuum_analyze_scale_factor) is far lower: where it runs, this is
+--   and a fiftieth of the table, these tables' autovacuum_analyze_scale_factor) is far lower: where it runs, this is
 --   rarely true.
 -- Safe to repeat: a read.
 SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
