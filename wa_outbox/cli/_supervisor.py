@@ -12,36 +12,21 @@ import time
 
 import click
 
+from ..stop_signals import stop_event
+
 # honcho's colours: each process's lines start with its name in its own colour.
 _PREFIX_COLOURS = ("\033[36m", "\033[33m", "\033[32m", "\033[35m", "\033[34m")
 
 
-class StopRequest:
-    """SIGINT and SIGTERM, once `install()`ed, set `asked`: a plain flag (a handler must take no lock the interrupted
-    code may hold). Installed before a banner that says "Ctrl-C stops everything", so that a Ctrl-C right after it
-    stops the children rather than interrupting their start."""
-
-    def __init__(self) -> None:
-        self.asked = False
-
-    def install(self) -> StopRequest:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        return self
-
-    def _on_signal(self, signum, frame) -> None:
-        self.asked = True
-
-
 def _run_children(commands: dict[str, list[str]], *, grace: float = 28.0, stop_signal: int = signal.SIGTERM,
-                  prefixed: bool = False, stop: StopRequest | None = None) -> int:
+                  prefixed: bool = False, stop: threading.Event | None = None) -> int:
     """Run child processes until one exits or we are told to stop (SIGINT, SIGTERM); then stop them all.
 
     Each child leads its own process group, so Ctrl-C reaches only this process, which sends `stop_signal` to every
     child's whole group (gunicorn's workers included) and SIGKILLs the groups still there after `grace` seconds.
     With `prefixed`, each output line is shown as `name | line` (coloured on a terminal), as honcho does. `stop`: the
-    caller's, installed earlier; else one is installed before any child starts."""
-    stop = stop or StopRequest().install()
+    caller's stop_signals.stop_event(), made earlier; else one is made before any child starts."""
+    stop = stop or stop_event()
     pipe = subprocess.PIPE if prefixed else None
     children = {name: subprocess.Popen(cmd, start_new_session=True, stdout=pipe,
                                        stderr=subprocess.STDOUT if prefixed else None, preexec_fn=_die_with_parent)
@@ -51,13 +36,13 @@ def _run_children(commands: dict[str, list[str]], *, grace: float = 28.0, stop_s
     for pump in pumps:
         pump.start()
     status = 0
-    while not stop.asked:
+    while not stop.is_set():
         exited = [(n, p.returncode) for n, p in children.items() if p.poll() is not None]
         if exited:
             name, status = exited[0]
             click.echo(f"wa-outbox: {name} exited with status {status}", err=True)
             break
-        time.sleep(0.2)
+        stop.wait(0.2)
     for proc in children.values():
         _signal_group(proc, stop_signal)
     deadline = time.monotonic() + grace

@@ -11,10 +11,10 @@ from pathlib import Path
 import click
 
 from ..config import DEV_API_TOKEN, ConfigError, redact_url
-from ..stop_signals import on_stop_signal
+from ..stop_signals import on_stop_signal, stop_event
 from ._common import _record_default_sender, _settings
 from ._errors import ConfigurationError
-from ._supervisor import StopRequest, _run_children
+from ._supervisor import _run_children
 
 # Local-only values `wa-outbox dev` uses for whatever is unset: never for production.
 DEV_DEFAULTS = {
@@ -157,7 +157,7 @@ def dev(port: int, simulator_port: int, status_delay_ms: float) -> None:
                "each verified delivery:")
     click.echo(f"  WA_OUTBOX_ENDPOINTS_ALLOW_PRIVATE=true WA_OUTBOX_SECRET_KEY={key} "
                f"wa-outbox events listen --port {port + 100}")
-    stop = StopRequest().install()  # from the banner on, Ctrl-C stops the children (never half-started)
+    stop = stop_event()  # from the banner on, Ctrl-C stops the children (never half-started)
     click.echo("wa-outbox dev: Ctrl-C stops everything")
     sys.stdout.flush()
     sys.exit(_run_children(children, grace=5.0, stop_signal=signal.SIGINT, prefixed=True, stop=stop))
