@@ -510,6 +510,15 @@ def ingest(url: str, receiver: Receiver, endpoints: int, bodies: Path, duration:
 # --- results ----------------------------------------------------------------------------------------------------
 
 
+def pairs_spread(ratios: list[float]) -> str:
+    """Each pair's ratio (its two runs minutes apart) summarised for a headline: how far one pair strays from the
+    mean. Empty for a single pair."""
+    if len(ratios) < 2:
+        return ""
+    ratios = sorted(ratios)
+    return f" ({len(ratios)} pairs: median {statistics.median(ratios):.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
 def headline(what: str, value: float, unit: str, reference: float, reference_name: str, goal: float) -> dict:
     ratio = value / reference if reference else None
     return {"what": what, "unit": unit, "value": round(value), "reference": round(reference),
@@ -529,9 +538,7 @@ def results_json(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str,
             tables.append({"title": "Deliveries: where one worker's threads spend the push (py-spy, every thread, "
                                     "% of samples)", "columns": ["step", "%"],
                            "rows": [[k, v] for k, v in p["profile"].items()]})
-        ratios = sorted(r / b for b, r in p.get("pairs", []) if b)
-        spread = (f" ({len(ratios)} pairs: median {statistics.median(ratios):.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
-                  if len(ratios) > 1 else "")
+        spread = pairs_spread([r / b for b, r in p.get("pairs", []) if b])
         rows.append(headline(f"event deliveries to a local receiver, {args.setup} delivery threads{spread}",
                              p["deliveries_per_s"], "deliveries/s", p["bare_per_s"],
                              "bare requests client, same threads, same signed bodies, same receiver", PUSH_GOAL))
@@ -542,10 +549,7 @@ def results_json(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str,
         pairs = figures[case]
         none = sum(r[key] for r in pairs if r["endpoints"] == 0) / max(1, sum(r["endpoints"] == 0 for r in pairs))
         two = sum(r[key] for r in pairs if r["endpoints"] == 2) / max(1, sum(r["endpoints"] == 2 for r in pairs))
-        # each pair's ratio (its two runs minutes apart): the spread says how far one pair is from the mean
-        ratios = sorted(b[key] / a[key] for a, b in zip(pairs[0::2], pairs[1::2], strict=True) if a[key])
-        spread = (f" ({len(ratios)} pairs: median {statistics.median(ratios):.2f}, "
-                  f"{ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else "")
+        spread = pairs_spread([b[key] / a[key] for a, b in zip(pairs[0::2], pairs[1::2], strict=True) if a[key]])
         rows.append(headline(f"{what}, two endpoints subscribed{spread}", two, unit, none, "no endpoint, same run",
                              COST_GOAL))
         columns = sorted({k for r in pairs for k in r})
