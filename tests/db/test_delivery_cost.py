@@ -1,10 +1,16 @@
 """The deliveries claim and record statements stay O(batch) however many deliveries the table holds and however long
-an endpoint's backlog: the record probes each delivery by primary key (never a scan of the table), and the claim
-reads an endpoint's due deliveries in index order, as many as it takes (never the whole backlog sorted)."""
+an endpoint's backlog: the record probes each delivery by primary key (never a scan of the table, nor of every
+lease), and the claim reads an endpoint's due deliveries in index order, as many as it takes (never the whole
+backlog sorted); the dispatch counts an endpoint's due deliveries from its index, up to the backlog it allows.
+Both as psycopg first runs them (a plan for the values) and as it runs them from the sixth time on (prepared: one
+plan for any values, made from the statistics of that moment, which may be old)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
+from psycopg import sql
 
 from tests.endpoint_rows import add_endpoint
 from wa_outbox import db as wdb
@@ -34,6 +40,21 @@ def plan(db, name: str, params: dict, *, analyze: bool = False) -> dict:
         return db.cursor().execute(explain + wdb.query(name), params).fetchone()[0][0]["Plan"]
 
 
+def generic_plan(db, name: str, params: dict) -> dict:
+    """The plan Postgres keeps for a prepared statement: one for any values (psycopg prepares after five runs)."""
+    query = wdb.named_query(name)
+    with db.transaction(force_rollback=True):
+        cursor = db.cursor()
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(b"PREPARE cost_probe AS " + query.text)
+        try:
+            values = sql.SQL(", ").join(sql.Literal(params[n]) for n in query.names)
+            explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE cost_probe({})").format(values)
+            return cursor.execute(explain).fetchone()[0][0]["Plan"]
+        finally:
+            cursor.execute("DEALLOCATE cost_probe")
+
+
 def nodes(node: dict):
     yield node
     for child in node.get("Plans", []):
@@ -60,3 +81,32 @@ def test_the_claim_reads_as_many_due_deliveries_as_it_takes(db):
     due = [n for n in nodes(root) if n.get("Index Name") == "deliveries_due"]
     assert due, root
     assert all(n["Actual Rows"] <= BATCH for n in due), [n["Actual Rows"] for n in due]
+
+
+@pytest.mark.parametrize("planned", [plan, generic_plan], ids=["for-the-values", "prepared"])
+def test_recording_reads_neither_the_table_nor_every_lease(db, planned):
+    """Statistics taken before any delivery was in flight (the analyzer takes new ones only once a table has
+    doubled), then 1,000 leases of other workers: the record still probes its own deliveries by key."""
+    endpoint_id = fill(db)
+    db.execute("UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = 'other', "
+               "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
+               "WHERE status = 'queued' ORDER BY id LIMIT 1000)")
+    claimed = db.execute("UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = 'w', "
+                         "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
+                         "WHERE status = 'queued' ORDER BY id LIMIT %s) RETURNING id", (BATCH,)).fetchall()
+    outcomes = [{"id": i, "endpoint_id": endpoint_id, "attempt": 1, "status": "delivered", "next_in": None,
+                 "status_code": 200, "latency_ms": 1.5, "response_head": "{}", "error": None} for (i,) in claimed]
+    root = planned(db, "record_deliveries", {"worker_id": "w", "outcomes": json.dumps(outcomes)})
+    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+    assert all(index != "deliveries_leased" and kind != "Seq Scan" for kind, index in scans), scans
+
+
+@pytest.mark.parametrize("planned", [plan, generic_plan], ids=["for-the-values", "prepared"])
+def test_the_dispatch_counts_the_due_backlog_from_its_index(db, planned):
+    """Statistics taken while 10,000 deliveries were done and the backlog had just been written: a LIMIT without an
+    order made the planner expect due rows spread through the table and read it from the start."""
+    fill(db)
+    db.execute("INSERT INTO wa_outbox.events (type, data) SELECT 'message.received', '{}' FROM generate_series(1, 10)")
+    root = planned(db, "dispatch_events", {"batch": 1000, "backlog": 250, "by": "w"})
+    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+    assert ("Seq Scan", None) not in scans, scans

@@ -18,8 +18,11 @@ WITH horizon AS (
     SELECT e.id, e.event_types, e.ordered, e.cursor_txid, e.cursor_seq FROM wa_outbox.endpoints e, horizon h
     WHERE e.state = 'enabled' AND EXISTS (
         SELECT 1 FROM wa_outbox.events ev WHERE (ev.txid, ev.seq) > (e.cursor_txid, e.cursor_seq) AND ev.txid < h.txid)
-      AND (SELECT count(*) FROM (SELECT 1 FROM wa_outbox.deliveries d  -- deliveries_due, at most backlog entries
+      -- deliveries_due, at most backlog entries. In its order: unordered, a LIMIT made the planner expect the due
+      -- rows spread through the table and scan it from the start (5 ms a dispatch at 15,000 rows; bench/deliveries.py)
+      AND (SELECT count(*) FROM (SELECT 1 FROM wa_outbox.deliveries d
                                  WHERE d.endpoint_id = e.id AND d.status = 'queued' AND d.next_attempt_at <= now()
+                                 ORDER BY d.next_attempt_at, d.id
                                  LIMIT %(backlog)s) due) < %(backlog)s
     ORDER BY e.id
     FOR NO KEY UPDATE OF e SKIP LOCKED
