@@ -39,8 +39,10 @@ class Listening:
         self.url = f"http://127.0.0.1:{port}/"
         self.stdout: list[str] = []
         self.stderr: list[str] = []
-        for stream, into in ((proc.stdout, self.stdout), (proc.stderr, self.stderr)):
-            threading.Thread(target=lambda s=stream, i=into: i.extend(iter(s.readline, "")), daemon=True).start()
+        self.readers = [threading.Thread(target=lambda s=stream, i=into: i.extend(iter(s.readline, "")), daemon=True)
+                        for stream, into in ((proc.stdout, self.stdout), (proc.stderr, self.stderr))]
+        for reader in self.readers:
+            reader.start()
 
 
 @contextlib.contextmanager
@@ -165,3 +167,16 @@ def test_a_malformed_secret_is_refused_in_one_line():
     done = subprocess.run([sys.executable, "-m", "wa_outbox.cli", "events", "listen", "--port", str(free_port()),
                            "--secret", "whsec_!!"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "whsec_" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sigterm_and_ctrl_c_stop_the_listener_cleanly():
+    """Either stop signal ends `events listen` at once, after serving: exit status 0, no traceback."""
+    secret = new_secret()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with listen("--secret", secret) as listening:
+            assert deliver(listening.url, secret, envelope(1)).status_code == 200
+            listening.proc.send_signal(signum)
+            assert listening.proc.wait(timeout=30) == 0, "".join(listening.stderr)
+        for reader in listening.readers:  # to the end of its output
+            reader.join(timeout=10)
+        assert "Traceback" not in "".join(listening.stderr), "".join(listening.stderr)

@@ -28,11 +28,11 @@ def listen(port: int, host: str, secret: str | None, as_json: bool) -> None:
     """A receiver for development: verify each delivery with the Standard Webhooks library and print it, one line per
     event; a delivery that does not verify is answered 401. Ctrl-C stops it."""
     import json
-    import signal
     import sys
 
     from ..endpoints import is_secret
     from ..listener import ListenServer, line
+    from ..stop_signals import on_stop_signal
     from ._errors import CliError
 
     def emit(event) -> None:
@@ -51,11 +51,10 @@ def listen(port: int, host: str, secret: str | None, as_json: bool) -> None:
         else:
             server.webhook = _webhook(secret)
         click.echo(f"listening on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        try:
-            server.serve_forever(poll_interval=0.2)
-        except KeyboardInterrupt:
-            pass
+        # SIGTERM or Ctrl-C, through stop_signals as every wa-outbox process takes them: serve_forever returns at its
+        # next poll. (shutdown() waits for that, so it must run on another thread: stop_signals' own.)
+        on_stop_signal(lambda signum: server.shutdown())
+        server.serve_forever(poll_interval=0.2)
 
 
 def _webhook(secret: str):
