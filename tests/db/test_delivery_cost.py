@@ -55,6 +55,25 @@ def generic_plan(db, name: str, params: dict) -> dict:
             cursor.execute("DEALLOCATE cost_probe")
 
 
+def lease(db, worker: str, n: int) -> list[int]:
+    """The first `n` queued deliveries, claimed by `worker` (their first attempt)."""
+    return [i for (i,) in db.execute(
+        "UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = %s, "
+        "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
+        "WHERE status = 'queued' ORDER BY id LIMIT %s) RETURNING id", (worker, n)).fetchall()]
+
+
+def delivered(endpoint_id: str, ids: list[int]) -> str:
+    """record_deliveries' outcomes: each of `ids` delivered at its first attempt."""
+    return json.dumps([{"id": i, "endpoint_id": endpoint_id, "attempt": 1, "status": "delivered", "next_in": None,
+                        "status_code": 200, "latency_ms": 1.5, "response_head": "{}", "error": None} for i in ids])
+
+
+def deliveries_scans(root: dict) -> list[tuple[str, str | None]]:
+    """How the plan reads wa_outbox.deliveries: (node type, index name) of each scan of it."""
+    return [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+
+
 def nodes(node: dict):
     yield node
     for child in node.get("Plans", []):
@@ -63,13 +82,9 @@ def nodes(node: dict):
 
 def test_recording_probes_each_delivery_by_key(db):
     endpoint_id = fill(db)
-    claimed = db.execute("UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = 'w', "
-                         "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
-                         "WHERE status = 'queued' ORDER BY id LIMIT %s) RETURNING id", (BATCH,)).fetchall()
-    outcomes = [{"id": i, "endpoint_id": endpoint_id, "attempt": 1, "status": "delivered", "next_in": None,
-                 "status_code": 200, "latency_ms": 1.5, "response_head": "{}", "error": None} for (i,) in claimed]
-    root = plan(db, "record_deliveries", {"worker_id": "w", "outcomes": json.dumps(outcomes)})
-    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+    outcomes = delivered(endpoint_id, lease(db, "w", BATCH))
+    root = plan(db, "record_deliveries", {"worker_id": "w", "outcomes": outcomes})
+    scans = deliveries_scans(root)
     assert ("Seq Scan", None) not in scans, scans
     assert ("Index Scan", "deliveries_pkey") in scans or ("Index Only Scan", "deliveries_pkey") in scans, scans
 
@@ -88,16 +103,10 @@ def test_recording_reads_neither_the_table_nor_every_lease(db, planned):
     """Statistics taken before any delivery was in flight (the analyzer takes new ones only once a table has
     doubled), then 1,000 leases of other workers: the record still probes its own deliveries by key."""
     endpoint_id = fill(db)
-    db.execute("UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = 'other', "
-               "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
-               "WHERE status = 'queued' ORDER BY id LIMIT 1000)")
-    claimed = db.execute("UPDATE wa_outbox.deliveries SET status = 'delivering', attempts = 1, locked_by = 'w', "
-                         "locked_until = now() + interval '1 minute' WHERE id IN (SELECT id FROM wa_outbox.deliveries "
-                         "WHERE status = 'queued' ORDER BY id LIMIT %s) RETURNING id", (BATCH,)).fetchall()
-    outcomes = [{"id": i, "endpoint_id": endpoint_id, "attempt": 1, "status": "delivered", "next_in": None,
-                 "status_code": 200, "latency_ms": 1.5, "response_head": "{}", "error": None} for (i,) in claimed]
-    root = planned(db, "record_deliveries", {"worker_id": "w", "outcomes": json.dumps(outcomes)})
-    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+    lease(db, "other", 1000)
+    outcomes = delivered(endpoint_id, lease(db, "w", BATCH))
+    root = planned(db, "record_deliveries", {"worker_id": "w", "outcomes": outcomes})
+    scans = deliveries_scans(root)
     assert all(index != "deliveries_leased" and kind != "Seq Scan" for kind, index in scans), scans
 
 
@@ -108,5 +117,5 @@ def test_the_dispatch_counts_the_due_backlog_from_its_index(db, planned):
     fill(db)
     db.execute("INSERT INTO wa_outbox.events (type, data) SELECT 'message.received', '{}' FROM generate_series(1, 10)")
     root = planned(db, "dispatch_events", {"batch": 1000, "backlog": 250, "by": "w"})
-    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes(root) if n.get("Relation Name") == "deliveries"]
+    scans = deliveries_scans(root)
     assert ("Seq Scan", None) not in scans, scans
